@@ -1,0 +1,1 @@
+"""The loops: synthesis worker, command-line clients and the demo, on aiokafka."""

@@ -1,0 +1,33 @@
+"""Kafka client construction from `Settings` (bootstrap, TLS/SASL), in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.helpers import create_ssl_context
+
+from topics.config import Settings
+
+
+def security_kwargs(settings: Settings) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"security_protocol": settings.kafka_security_protocol}
+    if settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
+        kwargs["ssl_context"] = create_ssl_context()
+    if settings.kafka_sasl_mechanism:
+        kwargs.update(sasl_mechanism=settings.kafka_sasl_mechanism,
+                      sasl_plain_username=settings.kafka_sasl_username,
+                      sasl_plain_password=settings.kafka_sasl_password.reveal())
+    return kwargs
+
+
+def make_producer(settings: Settings, **extra: Any) -> AIOKafkaProducer:
+    # acks=all + idempotence: a result is "produced" only once the broker has it durably.
+    return AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
+                            enable_idempotence=True, client_id="voicefactory",
+                            **security_kwargs(settings), **extra)
+
+
+def make_consumer(settings: Settings, *topics: str, **extra: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(*topics, bootstrap_servers=settings.kafka_bootstrap,
+                            client_id="voicefactory", **security_kwargs(settings), **extra)

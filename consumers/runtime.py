@@ -1,0 +1,36 @@
+"""Builds the shared runtime objects (store, engine, processor) from `Settings`, once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.engines import Synthesizer, create_engine
+from pipeline.storage import ObjectStore
+from pipeline.synthesis import RequestProcessor
+from pipeline.voices import ProfileResolver
+from topics.config import Settings
+
+
+def make_store(settings: Settings) -> ObjectStore:
+    return ObjectStore(endpoint=settings.s3_endpoint, access_key=settings.s3_access_key,
+                       secret_key=settings.s3_secret_key.reveal(), bucket=settings.s3_bucket,
+                       region=settings.s3_region)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    store: ObjectStore
+    engine: Synthesizer
+    processor: RequestProcessor
+
+
+def build_runtime(settings: Settings) -> Runtime:
+    store = make_store(settings)
+    engine = create_engine(settings.engine)
+    engine.load()
+    processor = RequestProcessor(engine=engine, store=store,
+                                 profiles=ProfileResolver(store=store, engine=engine),
+                                 worker=settings.instance_id,
+                                 presign_seconds=settings.presign_seconds)
+    return Runtime(settings=settings, store=store, engine=engine, processor=processor)

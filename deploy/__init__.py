@@ -1,0 +1,1 @@
+"""Deployment assets; `deploy.local` runs the loopback development stack."""

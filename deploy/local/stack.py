@@ -1,0 +1,254 @@
+"""`voicefactory dev up|down|status|env`: the loopback stack the demo and tests run on.
+
+up: install (cached) -> format KRaft storage once -> start Kafka and the S3 server as
+detached processes with pid files under `.vf/run/` -> wait until both answer -> create the
+DESIGN.md topics and the bucket. down: stop exactly the pids recorded (after checking the
+command line still is ours), wait, escalate to SIGKILL. Everything binds to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from deploy.local import install
+
+KAFKA_PORT = 9092
+CONTROLLER_PORT = 9093
+S3_PORT = 9000
+S3_ACCESS_KEY = "voicefactory"
+S3_SECRET_KEY = "voicefactory-secret"
+_HERE = Path(__file__).resolve().parent
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def state_dir() -> Path:
+    configured = os.environ.get("VF_STATE_DIR")
+    return Path(configured) if configured else _HERE.parents[1] / ".vf"
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    port: int
+    marker: str  # a string the process's command line must contain for it to be ours
+
+    @property
+    def pid_file(self) -> Path:
+        return state_dir() / "run" / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return state_dir() / self.name / f"{self.name}.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _cmdline_contains(pid, self.marker) else None
+
+    def answering(self) -> bool:
+        return port_open(self.port)
+
+
+KAFKA = Service("kafka", KAFKA_PORT, "kafka.Kafka")
+S3 = Service("s3", S3_PORT, "versitygw")
+SERVICES = (KAFKA, S3)
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _cmdline_contains(pid: int, marker: str) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return marker.encode() in raw
+
+
+def up(out: TextIO = sys.stdout, timeout_s: float = 120.0) -> None:
+    libs = install.ensure_kafka(out)
+    gateway = install.ensure_versitygw(out)
+    _start_kafka(libs, out)
+    _start_s3(gateway, out)
+    deadline = time.monotonic() + timeout_s
+    for service in SERVICES:
+        while not service.answering():
+            if service.pid() is None:
+                raise StackError(f"{service.name} exited during start-up; see {service.log_file}")
+            if time.monotonic() > deadline:
+                raise StackError(f"{service.name} did not answer on 127.0.0.1:{service.port} "
+                                 f"within {timeout_s:.0f} s; see {service.log_file}")
+            time.sleep(0.2)
+    _bootstrap_contents(out, deadline)
+
+
+def _bootstrap_contents(out: TextIO, deadline: float) -> None:
+    """Topics and bucket; imported late so `dev down` works without the Python deps."""
+    from deploy.local.bootstrap import ensure_bucket, ensure_topics
+
+    ensure_topics(f"127.0.0.1:{KAFKA_PORT}", out, deadline)
+    ensure_bucket(f"http://127.0.0.1:{S3_PORT}", S3_ACCESS_KEY, S3_SECRET_KEY, "voicefactory",
+                  out, deadline)
+    print(f"ready: Kafka on 127.0.0.1:{KAFKA_PORT}, S3 on http://127.0.0.1:{S3_PORT} "
+          f"(state in {state_dir()}); `voicefactory dev env` prints the settings", file=out)
+
+
+def _spawn(service: Service, cmd: list[str], env: dict[str, str] | None = None) -> int:
+    service.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    service.log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(service.log_file, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    service.pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _check_port_free(service: Service) -> None:
+    if service.answering():
+        raise StackError(f"port 127.0.0.1:{service.port} is taken by a process this stack did not "
+                         f"start; stop it or free the port before `dev up`")
+
+
+def _start_kafka(libs: Path, out: TextIO) -> None:
+    if KAFKA.pid() is not None:
+        print(f"kafka: already running (pid {KAFKA.pid()})", file=out)
+        return
+    _check_port_free(KAFKA)
+    root = state_dir() / "kafka"
+    data = root / "data"
+    props = root / "server.properties"
+    root.mkdir(parents=True, exist_ok=True)
+    props.write_text(_server_properties(data))
+    classpath = f"{libs}/*"
+    java = ["java", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={_HERE / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={root / 'logs'}", "-cp", classpath]
+    if not (data / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        print(f"kafka: formatting KRaft storage in {data} (cluster {cluster_id})", file=out)
+        fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                              "-c", str(props)], capture_output=True, text=True, check=False)
+        if fmt.returncode != 0:
+            raise StackError(f"kafka storage format failed:\n{fmt.stdout}{fmt.stderr}")
+    pid = _spawn(KAFKA, [*java, "kafka.Kafka", str(props)])
+    print(f"kafka: started Apache Kafka {install.KAFKA_VERSION} (pid {pid}), "
+          f"log {KAFKA.log_file}", file=out)
+
+
+def _server_properties(data: Path) -> str:
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{CONTROLLER_PORT}",
+        f"listeners=PLAINTEXT://127.0.0.1:{KAFKA_PORT},CONTROLLER://127.0.0.1:{CONTROLLER_PORT}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{KAFKA_PORT}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={data}",
+        "num.partitions=1",
+        "auto.create.topics.enable=false",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=12",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        # One node: nothing to wait for before the first rebalance.
+        "group.initial.rebalance.delay.ms=0",
+        "log.segment.bytes=67108864",
+        "",
+    ])
+
+
+def _start_s3(binary: Path, out: TextIO) -> None:
+    if S3.pid() is not None:
+        print(f"s3: already running (pid {S3.pid()})", file=out)
+        return
+    _check_port_free(S3)
+    data = state_dir() / "s3" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, ROOT_ACCESS_KEY=S3_ACCESS_KEY, ROOT_SECRET_KEY=S3_SECRET_KEY)
+    # Keys go through the environment, not argv, so `ps` does not show the secret.
+    pid = _spawn(S3, [str(binary), "--port", f"127.0.0.1:{S3_PORT}", "--quiet", "posix",
+                "--nometa", str(data)], env=env)
+    print(f"s3: started Versity S3 Gateway {install.VERSITYGW_VERSION} (pid {pid}), "
+          f"log {S3.log_file}", file=out)
+
+
+def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
+    for service in reversed(SERVICES):
+        pid = service.pid()
+        if pid is None:
+            print(f"{service.name}: not running", file=out)
+            service.pid_file.unlink(missing_ok=True)
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while _cmdline_contains(pid, service.marker) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.1)
+        if _cmdline_contains(pid, service.marker):
+            os.kill(pid, signal.SIGKILL)
+            print(f"{service.name}: did not stop in {grace_s:.0f} s, killed", file=out)
+        service.pid_file.unlink(missing_ok=True)
+        print(f"{service.name}: stopped (pid {pid})", file=out)
+
+
+def _reap(pid: int) -> None:
+    # When the stack was started by this very process (tests), collect the zombie.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def status(out: TextIO = sys.stdout) -> bool:
+    healthy = True
+    for service in SERVICES:
+        pid = service.pid()
+        answering = service.answering()
+        if pid is not None and answering:
+            state = f"running (pid {pid}), answering on 127.0.0.1:{service.port}"
+        elif pid is not None:
+            state = f"started (pid {pid}) but not answering on 127.0.0.1:{service.port}"
+            healthy = False
+        elif answering:
+            state = f"not ours: port 127.0.0.1:{service.port} answers but no pid file matches"
+            healthy = False
+        else:
+            state = "stopped"
+            healthy = False
+        print(f"{service.name:6} {state}", file=out)
+    return healthy
+
+
+def env_lines() -> list[str]:
+    return [
+        f"export VF_KAFKA_BOOTSTRAP=127.0.0.1:{KAFKA_PORT}",
+        "export VF_TOPIC_PREFIX=",
+        f"export VF_S3_ENDPOINT=http://127.0.0.1:{S3_PORT}",
+        f"export VF_S3_ACCESS_KEY={S3_ACCESS_KEY}",
+        f"export VF_S3_SECRET_KEY={S3_SECRET_KEY}",
+        "export VF_S3_BUCKET=voicefactory",
+    ]

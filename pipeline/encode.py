@@ -1,0 +1,44 @@
+"""Output encoding: `Audio` -> bytes in the requested format and sample rate.
+
+Resampling uses soxr (high quality, no torch); containers come from libsndfile, which
+writes WAV, FLAC, MP3 and Ogg/Opus. Opus only runs at 8/12/16/24/48 kHz, so a request for
+opus without a sample rate is encoded at 48 kHz.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from pipeline.audio import Audio
+
+CONTENT_TYPES = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg",
+                 "opus": "audio/ogg; codecs=opus"}
+_CONTAINERS = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"),
+               "opus": ("OGG", "OPUS")}
+_OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+
+
+def target_rate(fmt: str, requested: int | None, native: int) -> int:
+    rate = requested or native
+    if fmt == "opus" and rate not in _OPUS_RATES:
+        rate = 48000
+    return rate
+
+
+def resample(audio: Audio, rate: int) -> Audio:
+    if rate == audio.sample_rate:
+        return audio
+    out = soxr.resample(audio.samples, audio.sample_rate, rate).astype(np.float32)
+    return Audio(samples=out, sample_rate=rate)
+
+
+def encode(audio: Audio, fmt: str) -> bytes:
+    container, subtype = _CONTAINERS[fmt]
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(audio.samples, -1.0, 1.0), audio.sample_rate, format=container,
+             subtype=subtype)
+    return buf.getvalue()

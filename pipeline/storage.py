@@ -1,0 +1,94 @@
+"""Object storage over any S3 server through the `minio` SDK.
+
+put/get/stat/presign are the only operations the pipeline needs; every S3 or connection
+failure becomes a retryable `storage_error`, and a missing object returns None rather than
+raising, because "not there yet" is an ordinary answer (idempotency checks, voice lookups).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import urllib3
+from minio import Minio
+from minio.error import S3Error
+
+from topics.errors import ErrorCode, VoiceFactoryError
+
+_MISSING = {"NoSuchKey", "NoSuchObject", "NotFound", "NoSuchBucket"}
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    metadata: dict[str, str]
+
+
+class ObjectStore:
+    def __init__(self, *, endpoint: str, access_key: str, secret_key: str, bucket: str,
+                 region: str = "us-east-1") -> None:
+        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+        # Short timeouts and few retries: the worker's retry policy decides, not urllib3.
+        http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=3.0, read=30.0),
+            retries=urllib3.Retry(total=1, backoff_factor=0.2),
+            maxsize=8,
+        )
+        self.bucket = bucket
+        self.endpoint = endpoint
+        self._client = Minio(parts.netloc, access_key=access_key, secret_key=secret_key,
+                             secure=parts.scheme == "https", region=region, http_client=http)
+
+    def put(self, key: str, data: bytes, content_type: str,
+            metadata: dict[str, str] | None = None) -> None:
+        try:
+            self._client.put_object(self.bucket, key, io.BytesIO(data), len(data),
+                                    content_type=content_type, metadata=metadata)  # type: ignore[arg-type]
+        except (S3Error, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"put {key}: {exc}") from exc
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            response = self._client.get_object(self.bucket, key)
+        except S3Error as exc:
+            if exc.code in _MISSING:
+                return None
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"get {key}: {exc}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"get {key}: {exc}") from exc
+        try:
+            return bytes(response.read())
+        finally:
+            response.close()
+            response.release_conn()
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            info = self._client.stat_object(self.bucket, key)
+        except S3Error as exc:
+            if exc.code in _MISSING:
+                return None
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"stat {key}: {exc}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"stat {key}: {exc}") from exc
+        meta = {k.lower().removeprefix("x-amz-meta-"): v for k, v in (info.metadata or {}).items()
+                if k.lower().startswith("x-amz-meta-")}
+        return ObjectInfo(key=key, size=int(info.size or 0), metadata=meta)
+
+    def presign(self, key: str, expires_s: int) -> str:
+        try:
+            return str(self._client.presigned_get_object(self.bucket, key,
+                                                         expires=timedelta(seconds=expires_s)))
+        except (S3Error, ValueError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"presign {key}: {exc}") from exc
+
+    def list_prefix(self, prefix: str) -> list[str]:
+        try:
+            return [o.object_name for o in self._client.list_objects(
+                self.bucket, prefix=prefix, recursive=True) if o.object_name]
+        except (S3Error, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"list {prefix}: {exc}") from exc

@@ -1,0 +1,120 @@
+"""Create and verify the contract's topics (`voicefactory topics create|describe`).
+
+create: every `TopicSpec` with the prefix, partitions, cleanup policy and retention;
+existing topics are left alone (and then checked). describe: reads partitions and configs
+back from the cluster and returns one `Drift` per difference from the spec.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from topics.specs import ALL_TOPICS, TopicSpec
+
+log = logging.getLogger(__name__)
+_TOPIC_ALREADY_EXISTS = 36
+
+
+@dataclass(frozen=True)
+class TopicState:
+    name: str
+    exists: bool
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Drift:
+    topic: str
+    field: str
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.field} is {self.actual}, spec says {self.expected}"
+
+
+def admin_client(bootstrap: str, **security: Any) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="voicefactory-admin",
+                               request_timeout_ms=15000, **security)
+
+
+async def create_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
+                        replication_factor: int = 1, min_insync_replicas: int | None = None,
+                        specs: tuple[TopicSpec, ...] = ALL_TOPICS) -> list[str]:
+    """Create missing topics; returns the names created this call."""
+    existing = set(await admin.list_topics())
+    missing = [spec for spec in specs if prefix + spec.name not in existing]
+    if not missing:
+        return []
+    new = [
+        NewTopic(prefix + spec.name, spec.partitions, replication_factor,
+                 topic_configs=spec.configs(min_insync_replicas=min_insync_replicas))
+        for spec in missing
+    ]
+    response = await admin.create_topics(new)
+    created = []
+    for name, code, *rest in response.topic_errors:
+        if code not in (0, _TOPIC_ALREADY_EXISTS):
+            message = rest[0] if rest else ""
+            raise RuntimeError(f"creating topic {name} failed: error {code} {message}")
+        if code == 0:
+            created.append(name)
+    log.info("created topics %s", created)
+    return created
+
+
+async def describe_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
+                          specs: tuple[TopicSpec, ...] = ALL_TOPICS) -> list[TopicState]:
+    names = [prefix + spec.name for spec in specs]
+    metadata = {t["topic"]: t for t in await admin.describe_topics(names)}
+    present = [n for n in names if metadata.get(n, {}).get("error_code", 3) == 0]
+    configs: dict[str, dict[str, str]] = {n: {} for n in names}
+    if present:
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, n) for n in present])
+        for response in responses:
+            for resource in response.to_object()["resources"]:
+                configs[resource["resource_name"]] = {
+                    entry["config_names"]: entry["config_value"]
+                    for entry in resource["config_entries"]
+                }
+    states = []
+    for name in names:
+        topic = metadata.get(name)
+        if name not in present or topic is None:
+            states.append(TopicState(name, False, 0, 0, {}))
+            continue
+        partitions = topic["partitions"]
+        replicas = min((len(p["replicas"]) for p in partitions), default=0)
+        states.append(TopicState(name, True, len(partitions), replicas, configs[name]))
+    return states
+
+
+def drift(states: list[TopicState], *, prefix: str = "", replication_factor: int = 1,
+          min_insync_replicas: int | None = None,
+          specs: tuple[TopicSpec, ...] = ALL_TOPICS) -> list[Drift]:
+    by_name = {s.name: s for s in states}
+    out: list[Drift] = []
+    for spec in specs:
+        name = prefix + spec.name
+        state = by_name.get(name)
+        if state is None or not state.exists:
+            out.append(Drift(name, "existence", "present", "missing"))
+            continue
+        if state.partitions != spec.partitions:
+            out.append(Drift(name, "partitions", str(spec.partitions), str(state.partitions)))
+        if state.replication_factor < replication_factor:
+            out.append(Drift(name, "replication factor", str(replication_factor),
+                             str(state.replication_factor)))
+        for key, expected in spec.configs(min_insync_replicas=min_insync_replicas).items():
+            actual = state.configs.get(key, "<unset>")
+            if actual != expected:
+                out.append(Drift(name, key, expected, actual))
+    return out

@@ -1,0 +1,52 @@
+"""The project's exceptions and the closed set of error codes that reach result events.
+
+Every failure a user can see carries an `ErrorCode`; the retry policy reads `retryable`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    INVALID_JSON = "invalid_json"
+    INVALID_REQUEST = "invalid_request"
+    UNSUPPORTED_SCHEMA = "unsupported_schema"
+    VOICE_NOT_FOUND = "voice_not_found"
+    REFERENCE_INVALID = "reference_invalid"
+    TEXT_TOO_LONG = "text_too_long"
+    UNSUPPORTED_LANGUAGE = "unsupported_language"
+    ENGINE_ERROR = "engine_error"
+    STORAGE_ERROR = "storage_error"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+
+
+# Transient by nature: a later attempt may succeed without the producer changing anything.
+RETRYABLE_CODES = frozenset({ErrorCode.ENGINE_ERROR, ErrorCode.STORAGE_ERROR})
+
+
+class VoiceFactoryError(Exception):
+    """Root of every error the project raises on purpose."""
+
+    def __init__(self, code: ErrorCode, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = code in RETRYABLE_CODES if retryable is None else retryable
+
+
+class UndecodableMessage(VoiceFactoryError):
+    """The bytes are not a UTF-8 JSON object: the message goes to the DLQ."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_JSON, message, retryable=False)
+
+
+class InvalidRequest(VoiceFactoryError):
+    """The message parsed but breaks a rule: its producer gets a `rejected` result."""
+
+    def __init__(self, code: ErrorCode, message: str, *, request_id: str | None = None,
+                 voice_id: str | None = None) -> None:
+        super().__init__(code, message, retryable=False)
+        self.request_id = request_id
+        self.voice_id = voice_id

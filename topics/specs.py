@@ -1,0 +1,56 @@
+"""The topics of the contract (DESIGN.md, "Topics"): names, partitions and configs.
+
+`TopicSpec` is the source for `topics create` and `topics describe`; a prefix
+(`VF_TOPIC_PREFIX`) is applied by `topic_names()` so tenants can share a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    cleanup_policy: str
+    retention_ms: int | None
+    key: str
+
+    def configs(self, *, min_insync_replicas: int | None = None) -> dict[str, str]:
+        out = {"cleanup.policy": self.cleanup_policy}
+        if self.retention_ms is not None:
+            out["retention.ms"] = str(self.retention_ms)
+        if min_insync_replicas is not None:
+            out["min.insync.replicas"] = str(min_insync_replicas)
+        return out
+
+
+REQUESTS = TopicSpec("tts.requests", 12, "delete", 7 * DAY_MS, "voice_id")
+VOICES = TopicSpec("tts.voices", 12, "compact", None, "voice_id")
+RESULTS = TopicSpec("tts.results", 12, "delete", 7 * DAY_MS, "job.id, else request_id")
+JOBS = TopicSpec("tts.jobs", 12, "delete", 7 * DAY_MS, "job.id")
+DLQ = TopicSpec("tts.dlq", 3, "delete", 30 * DAY_MS, "original key")
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (REQUESTS, VOICES, RESULTS, JOBS, DLQ)
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    requests: str
+    voices: str
+    results: str
+    jobs: str
+    dlq: str
+
+
+def topic_names(prefix: str = "") -> TopicNames:
+    return TopicNames(
+        requests=prefix + REQUESTS.name,
+        voices=prefix + VOICES.name,
+        results=prefix + RESULTS.name,
+        jobs=prefix + JOBS.name,
+        dlq=prefix + DLQ.name,
+    )

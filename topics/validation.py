@@ -1,0 +1,126 @@
+"""Request decoding: raw Kafka bytes -> a validated `SynthesisRequest`, or a typed error.
+
+Two kinds of bad input (DESIGN.md "Events"): bytes that are not a UTF-8 JSON object raise
+`UndecodableMessage` (the worker sends them to the DLQ); a JSON object that breaks a rule
+raises `InvalidRequest` with an error code and, where it could be read, the request and
+voice IDs so that the worker can answer with a `rejected` result.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import orjson
+
+from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage
+from topics.events import REQUEST_SCHEMA, SynthesisRequest
+
+MAX_TEXT_CHARS = 2000
+MAX_METADATA_BYTES = 4096
+REQUEST_ID_MAX = 128
+VOICE_ID_MAX = 64
+_ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
+
+
+def check_id(field: str, value: str, limit: int) -> str:
+    """IDs become parts of object keys: a strict charset, no `..`, bounded length."""
+    if not value:
+        raise ValueError(f"{field} is empty")
+    if len(value) > limit:
+        raise ValueError(f"{field} has {len(value)} characters, limit {limit}")
+    if not _ID_RE.fullmatch(value):
+        raise ValueError(f"{field} {value!r} has characters outside [A-Za-z0-9._:-]")
+    if ".." in value or value in {".", ".."}:
+        raise ValueError(f"{field} {value!r} contains '..'")
+    return value
+
+
+def decode_request(raw: bytes | None) -> SynthesisRequest:
+    if raw is None:
+        raise UndecodableMessage("message has no value (tombstone)")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise UndecodableMessage(f"not UTF-8 JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise UndecodableMessage(f"expected a JSON object, got {type(obj).__name__}")
+    request_id = _readable_id(obj, "request_id", REQUEST_ID_MAX)
+    voice_id = _readable_id(obj, "voice_id", VOICE_ID_MAX)
+
+    def reject(code: ErrorCode, message: str) -> InvalidRequest:
+        return InvalidRequest(code, message, request_id=request_id, voice_id=voice_id)
+
+    schema = obj.get("schema", REQUEST_SCHEMA)
+    if schema != REQUEST_SCHEMA:
+        raise reject(ErrorCode.UNSUPPORTED_SCHEMA, f"schema {schema!r}, expected {REQUEST_SCHEMA!r}")
+    for name in ("request_id", "voice_id", "text"):
+        if name not in obj:
+            raise reject(ErrorCode.INVALID_REQUEST, f"{name} is required")
+    try:
+        request = msgspec.convert(obj, type=SynthesisRequest)
+    except msgspec.ValidationError as exc:
+        raise reject(ErrorCode.INVALID_REQUEST, str(exc)) from None
+    _check_rules(request, reject)
+    return request
+
+
+def _readable_id(obj: dict[str, Any], field: str, limit: int) -> str | None:
+    value = obj.get(field)
+    if isinstance(value, str):
+        try:
+            return check_id(field, value, limit)
+        except ValueError:
+            return None
+    return None
+
+
+def _check_rules(request: SynthesisRequest, reject: Any) -> None:
+    for field, value, limit in (
+        ("request_id", request.request_id, REQUEST_ID_MAX),
+        ("voice_id", request.voice_id, VOICE_ID_MAX),
+    ):
+        try:
+            check_id(field, value, limit)
+        except ValueError as exc:
+            raise reject(ErrorCode.INVALID_REQUEST, str(exc)) from None
+    text = " ".join(request.text.split())
+    if not text:
+        raise reject(ErrorCode.INVALID_REQUEST, "text is empty")
+    if len(text) > MAX_TEXT_CHARS:
+        raise reject(
+            ErrorCode.TEXT_TOO_LONG,
+            f"text has {len(text):,} characters after normalisation, limit {MAX_TEXT_CHARS:,}",
+        )
+    if not 0.5 <= request.speed <= 2.0:
+        raise reject(ErrorCode.INVALID_REQUEST, f"speed {request.speed} is outside 0.5-2.0")
+    if request.sample_rate is not None and request.sample_rate not in (16000, 22050, 24000, 44100, 48000):
+        raise reject(ErrorCode.INVALID_REQUEST,
+                     f"sample_rate {request.sample_rate} is not one of 16000, 22050, 24000, 44100, 48000")
+    if request.metadata is not None:
+        size = len(orjson.dumps(request.metadata))
+        if size > MAX_METADATA_BYTES:
+            raise reject(ErrorCode.INVALID_REQUEST,
+                         f"metadata is {size:,} bytes as JSON, limit {MAX_METADATA_BYTES:,}")
+    if request.deadline is not None and parse_deadline(request.deadline) is None:
+        raise reject(ErrorCode.INVALID_REQUEST,
+                     f"deadline {request.deadline!r} is not an RFC 3339 time with a UTC offset")
+    if request.job is not None:
+        job = request.job
+        try:
+            check_id("job.id", job.id, REQUEST_ID_MAX)
+        except ValueError as exc:
+            raise reject(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        if job.total < 1 or not 0 <= job.index < job.total:
+            raise reject(ErrorCode.INVALID_REQUEST,
+                         f"job.index {job.index} must be in 0..{job.total - 1} (job.total {job.total})")
+
+
+def parse_deadline(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
