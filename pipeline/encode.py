@@ -17,8 +17,8 @@ from pipeline.audio import Audio
 
 CONTENT_TYPES = {"wav": "audio/wav", "flac": "audio/flac", "mp3": "audio/mpeg",
                  "opus": "audio/ogg; codecs=opus"}
-_CONTAINERS = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"),
-               "opus": ("OGG", "OPUS")}
+_CONTAINERS = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"),
+               "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
 _OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 
 

@@ -35,7 +35,7 @@ def guess_language(text: str) -> str:
 def hanzi_to_pinyin(text: str) -> str:
     """Numbered pinyin (tone 5 for neutral); non-Han runs pass through unchanged."""
     syllables = lazy_pinyin(text, style=Style.TONE3, neutral_tone_with_five=True,
-                            errors=lambda chars: list(chars))
+                            errors=lambda chars: chars)
     out: list[str] = []
     for piece in syllables:
         piece = piece.translate(_CJK_PUNCT)

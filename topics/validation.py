@@ -9,6 +9,7 @@ voice IDs so that the worker can answer with a `rejected` result.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -55,7 +56,8 @@ def decode_request(raw: bytes | None) -> SynthesisRequest:
 
     schema = obj.get("schema", REQUEST_SCHEMA)
     if schema != REQUEST_SCHEMA:
-        raise reject(ErrorCode.UNSUPPORTED_SCHEMA, f"schema {schema!r}, expected {REQUEST_SCHEMA!r}")
+        raise reject(ErrorCode.UNSUPPORTED_SCHEMA,
+                     f"schema {schema!r}, expected {REQUEST_SCHEMA!r}")
     for name in ("request_id", "voice_id", "text"):
         if name not in obj:
             raise reject(ErrorCode.INVALID_REQUEST, f"{name} is required")
@@ -77,15 +79,15 @@ def _readable_id(obj: dict[str, Any], field: str, limit: int) -> str | None:
     return None
 
 
-def _check_rules(request: SynthesisRequest, reject: Any) -> None:
-    for field, value, limit in (
-        ("request_id", request.request_id, REQUEST_ID_MAX),
-        ("voice_id", request.voice_id, VOICE_ID_MAX),
-    ):
-        try:
-            check_id(field, value, limit)
-        except ValueError as exc:
-            raise reject(ErrorCode.INVALID_REQUEST, str(exc)) from None
+SAMPLE_RATES = (16000, 22050, 24000, 44100, 48000)
+
+
+def _check_rules(request: SynthesisRequest,
+                 reject: Callable[[ErrorCode, str], InvalidRequest]) -> None:
+    """Each rule raises `reject(code, message)`; messages name the field, value and limit."""
+    problem = _id_problem(request) or _field_problem(request)
+    if problem is not None:
+        raise reject(ErrorCode.INVALID_REQUEST, problem)
     text = " ".join(request.text.split())
     if not text:
         raise reject(ErrorCode.INVALID_REQUEST, "text is empty")
@@ -94,28 +96,37 @@ def _check_rules(request: SynthesisRequest, reject: Any) -> None:
             ErrorCode.TEXT_TOO_LONG,
             f"text has {len(text):,} characters after normalisation, limit {MAX_TEXT_CHARS:,}",
         )
+
+
+def _id_problem(request: SynthesisRequest) -> str | None:
+    checks = [("request_id", request.request_id, REQUEST_ID_MAX),
+              ("voice_id", request.voice_id, VOICE_ID_MAX)]
+    if request.job is not None:
+        checks.append(("job.id", request.job.id, REQUEST_ID_MAX))
+    for field, value, limit in checks:
+        try:
+            check_id(field, value, limit)
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
+def _field_problem(request: SynthesisRequest) -> str | None:
     if not 0.5 <= request.speed <= 2.0:
-        raise reject(ErrorCode.INVALID_REQUEST, f"speed {request.speed} is outside 0.5-2.0")
-    if request.sample_rate is not None and request.sample_rate not in (16000, 22050, 24000, 44100, 48000):
-        raise reject(ErrorCode.INVALID_REQUEST,
-                     f"sample_rate {request.sample_rate} is not one of 16000, 22050, 24000, 44100, 48000")
+        return f"speed {request.speed} is outside 0.5-2.0"
+    if request.sample_rate is not None and request.sample_rate not in SAMPLE_RATES:
+        allowed = ", ".join(map(str, SAMPLE_RATES))
+        return f"sample_rate {request.sample_rate} is not one of {allowed}"
     if request.metadata is not None:
         size = len(orjson.dumps(request.metadata))
         if size > MAX_METADATA_BYTES:
-            raise reject(ErrorCode.INVALID_REQUEST,
-                         f"metadata is {size:,} bytes as JSON, limit {MAX_METADATA_BYTES:,}")
+            return f"metadata is {size:,} bytes as JSON, limit {MAX_METADATA_BYTES:,}"
     if request.deadline is not None and parse_deadline(request.deadline) is None:
-        raise reject(ErrorCode.INVALID_REQUEST,
-                     f"deadline {request.deadline!r} is not an RFC 3339 time with a UTC offset")
-    if request.job is not None:
-        job = request.job
-        try:
-            check_id("job.id", job.id, REQUEST_ID_MAX)
-        except ValueError as exc:
-            raise reject(ErrorCode.INVALID_REQUEST, str(exc)) from None
-        if job.total < 1 or not 0 <= job.index < job.total:
-            raise reject(ErrorCode.INVALID_REQUEST,
-                         f"job.index {job.index} must be in 0..{job.total - 1} (job.total {job.total})")
+        return f"deadline {request.deadline!r} is not an RFC 3339 time with a UTC offset"
+    job = request.job
+    if job is not None and (job.total < 1 or not 0 <= job.index < job.total):
+        return f"job.index {job.index} must be in 0..{job.total - 1} (job.total {job.total})"
+    return None
 
 
 def parse_deadline(value: str) -> datetime | None:

@@ -9,6 +9,7 @@ command line still is ours), wait, escalate to SIGKILL. Everything binds to 127.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ KAFKA_PORT = 9092
 CONTROLLER_PORT = 9093
 S3_PORT = 9000
 S3_ACCESS_KEY = "voicefactory"
-S3_SECRET_KEY = "voicefactory-secret"
+S3_SECRET_KEY = "voicefactory-secret"  # noqa: S105 - loopback-only dev credential
 _HERE = Path(__file__).resolve().parent
 
 
@@ -187,11 +188,14 @@ def _start_s3(binary: Path, out: TextIO) -> None:
         return
     _check_port_free(S3)
     data = state_dir() / "s3" / "data"
+    sidecar = state_dir() / "s3" / "meta"
     data.mkdir(parents=True, exist_ok=True)
+    sidecar.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ROOT_ACCESS_KEY=S3_ACCESS_KEY, ROOT_SECRET_KEY=S3_SECRET_KEY)
     # Keys go through the environment, not argv, so `ps` does not show the secret.
     pid = _spawn(S3, [str(binary), "--port", f"127.0.0.1:{S3_PORT}", "--quiet", "posix",
-                "--nometa", str(data)], env=env)
+                # Object metadata in sidecar files: works on filesystems without xattrs.
+                "--sidecar", str(sidecar), str(data)], env=env)
     print(f"s3: started Versity S3 Gateway {install.VERSITYGW_VERSION} (pid {pid}), "
           f"log {S3.log_file}", file=out)
 
@@ -217,10 +221,8 @@ def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
 
 def _reap(pid: int) -> None:
     # When the stack was started by this very process (tests), collect the zombie.
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def status(out: TextIO = sys.stdout) -> bool:

@@ -1,0 +1,51 @@
+# VoiceFactory: `make demo` runs the product end to end, `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):/usr/local/go/bin:$(PATH)
+DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven
+STAMP := $(VENV)/.installed
+
+.PHONY: help setup demo test unit integration lint down clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup: $(STAMP)  ## Debian packages + .venv with the project and dev tools (idempotent)
+
+$(STAMP): pyproject.toml constraints.txt
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+demo: setup  ## start the local stack, register a voice, synthesize zh/yue/en lines, print where the audio is
+	$(BIN)/voicefactory demo
+
+test: setup lint  ## lint, type-check, unit and integration tests (starts and stops the real stack)
+	$(BIN)/pytest -q
+
+unit: setup  ## unit tests only (no servers)
+	$(BIN)/pytest -q tests/unit
+
+integration: setup  ## integration tests only (real Kafka + S3)
+	$(BIN)/pytest -q -m integration tests/integration
+
+lint: setup  ## ruff and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+down:  ## stop the local stack started from this checkout
+	@test -x $(BIN)/voicefactory && $(BIN)/voicefactory dev down || true
+
+clean: down  ## remove the local state (.vf/) and the virtualenv
+	rm -rf .vf $(VENV)

@@ -1,0 +1,109 @@
+"""Session fixtures for the integration suite: the real local stack, isolated per test.
+
+The stack (Apache Kafka + Versity S3 Gateway on 127.0.0.1) is started once per session by
+the project's own `deploy.local.stack.up()` and stopped at the end if this session started
+it. Each test gets its own topic prefix (topics created with the DESIGN.md specs) and the
+session gets its own bucket, so tests never see each other's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from minio import Minio
+
+from consumers.runtime import build_runtime
+from consumers.worker import SynthesisWorker
+from deploy.local import stack
+from topics.admin import admin_client, create_topics
+from topics.config import Secret, Settings
+from topics.specs import ALL_TOPICS
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[None]:
+    already = all(s.answering() for s in stack.SERVICES)
+    if not already:
+        stack.up(out=sys.stderr, timeout_s=180)
+    yield
+    if not already:
+        stack.down()
+
+
+@pytest.fixture(scope="session")
+def bucket(local_stack: None) -> str:
+    name = f"vf-test-{uuid.uuid4().hex[:8]}"
+    client = Minio(f"127.0.0.1:{stack.S3_PORT}", access_key=stack.S3_ACCESS_KEY,
+                   secret_key=stack.S3_SECRET_KEY, secure=False)
+    client.make_bucket(name)
+    return name
+
+
+@pytest.fixture
+async def settings(bucket: str) -> Settings:
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    result = Settings(
+        kafka_bootstrap=f"127.0.0.1:{stack.KAFKA_PORT}", topic_prefix=prefix,
+        s3_endpoint=f"http://127.0.0.1:{stack.S3_PORT}", s3_access_key=stack.S3_ACCESS_KEY,
+        s3_secret_key=Secret(stack.S3_SECRET_KEY), s3_bucket=bucket,
+        group_id=f"vf-synth-{prefix}", instance_id=f"test-{prefix}")
+    admin = admin_client(result.kafka_bootstrap)
+    await admin.start()
+    try:
+        await create_topics(admin, prefix=prefix)
+        # A new topic's partitions need a leader before clients can use them.
+        names = [prefix + spec.name for spec in ALL_TOPICS]
+        for _ in range(100):
+            described = await admin.describe_topics(names)
+            if all(t["error_code"] == 0 and all(p["leader"] >= 0 for p in t["partitions"])
+                   for t in described):
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+    return result
+
+
+class RunningWorker:
+    def __init__(self, settings: Settings) -> None:
+        runtime = build_runtime(settings)
+        self.runtime = runtime
+        self.worker = SynthesisWorker(settings=settings, processor=runtime.processor,
+                                      retry_base_s=0.05)
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> RunningWorker:
+        self.task = asyncio.create_task(self.worker.run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.worker.stop()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, 60)
+
+
+@pytest.fixture
+async def worker(settings: Settings) -> AsyncIterator[RunningWorker]:
+    async with RunningWorker(settings) as running:
+        yield running
+
+
+@pytest.fixture
+def voice(settings: Settings, tmp_path: object) -> str:
+    """A registered voice whose reference is a 4-5 s espeak-ng recording."""
+    from pathlib import Path
+
+    from consumers.demo import make_reference
+    from consumers.runtime import make_store
+    from pipeline.voices import register_voice
+
+    reference = make_reference(Path(str(tmp_path)) / "reference.wav")
+    register_voice(make_store(settings), voice_id="narrator-1", reference=reference,
+                   prompt_text="reference", language="en")
+    return "narrator-1"

@@ -1,0 +1,148 @@
+"""The walking skeleton end to end: requests on Kafka -> WAV objects in S3 -> results."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from consumers.client import request_and_wait
+from consumers.runtime import make_store
+from pipeline.audio import decode, speech_seconds
+from tests.integration.conftest import RunningWorker
+from topics.config import Settings
+from topics.events import SynthesisRequest, decode_result
+from topics.partitioning import partition_for
+from topics.specs import topic_names
+
+pytestmark = pytest.mark.integration
+
+LINES = [("zh", "欢迎来到语音工厂。"), ("yue", "早晨，今日天氣好好。"),
+         ("en", "Hello from the voice factory.")]
+
+
+def _request(voice: str, text: str, language: str | None = None) -> SynthesisRequest:
+    return SynthesisRequest(request_id=f"it-{uuid.uuid4().hex[:12]}", voice_id=voice, text=text,
+                            language=language)
+
+
+async def _read_all(settings: Settings, topic: str, timeout_s: float = 5.0) -> list[bytes]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            positions = [await consumer.position(tp) for tp in tps]
+            if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
+                break
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                values.extend(r.value or b"" for r in records)
+        return values
+    finally:
+        await consumer.stop()
+
+
+async def test_three_languages_become_audible_wav_objects(
+        settings: Settings, voice: str, worker: RunningWorker) -> None:
+    requests = [_request(voice, text, lang) for lang, text in LINES]
+    results = await request_and_wait(settings, requests, timeout_s=60)
+    store = make_store(settings)
+    for request in requests:
+        result = results[request.request_id]
+        assert result.status == "succeeded", result.error
+        assert result.audio is not None
+        assert result.audio.key.startswith("audio/") and result.audio.key.endswith(
+            f"/{request.request_id}.wav")
+        data = store.get(result.audio.key)
+        assert data is not None and data[:4] == b"RIFF"
+        audio = decode(data)
+        assert audio.duration_s > 0.5
+        assert speech_seconds(audio) > 0.5
+        assert result.audio.bytes == len(data)
+
+
+async def test_key_lands_on_the_murmur2_partition(settings: Settings) -> None:
+    names = topic_names(settings.topic_prefix)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        for voice_id in ("narrator-1", "alice", "客服-01".encode().hex(), "v:42"):
+            meta = await producer.send_and_wait(names.requests, b"{}", key=voice_id.encode())
+            assert meta.partition == partition_for(voice_id, 12)
+    finally:
+        await producer.stop()
+
+
+async def test_restarted_worker_does_not_reprocess_committed_work(
+        settings: Settings, voice: str) -> None:
+    first = [_request(voice, "First batch line one.", "en"),
+             _request(voice, "First batch line two.", "en")]
+    async with RunningWorker(settings) as running:
+        await request_and_wait(settings, first, timeout_s=60)
+    assert running.worker.processed == 2
+    second = [_request(voice, "After the restart.", "en")]
+    async with RunningWorker(settings) as restarted:
+        await request_and_wait(settings, second, timeout_s=60)
+        await asyncio.sleep(1.0)  # room for any wrongly redelivered record to show up
+    assert restarted.worker.processed == 1
+    results = [decode_result(v) for v in await _read_all(settings,
+                                                        topic_names(settings.topic_prefix).results)]
+    assert sorted(r.request_id for r in results) == sorted(r.request_id for r in first + second)
+
+
+async def test_bad_input_is_answered_and_never_blocks(settings: Settings, voice: str,
+                                                      worker: RunningWorker) -> None:
+    names = topic_names(settings.topic_prefix)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        # All on one partition (same key), poison first: the good one must still be served.
+        key = voice.encode()
+        await producer.send_and_wait(names.requests, b"\xff not json", key=key)
+        await producer.send_and_wait(names.requests, orjson.dumps(
+            {"request_id": "bad-1", "voice_id": voice, "text": "x" * 2417}), key=key)
+        await producer.send_and_wait(names.requests, orjson.dumps(
+            {"request_id": "bad-2", "voice_id": "nobody", "text": "hi"}), key=key)
+    finally:
+        await producer.stop()
+    good = _request(voice, "Still served after the poison.", "en")
+    results = await request_and_wait(settings, [good], timeout_s=60)
+    assert results[good.request_id].status == "succeeded"
+    await asyncio.sleep(0.5)
+    answered = {r.request_id: r for r in (decode_result(v) for v in
+                                         await _read_all(settings, names.results))}
+    assert answered["bad-1"].status == "rejected"
+    assert answered["bad-1"].error is not None
+    assert answered["bad-1"].error.code == "text_too_long"
+    assert "2,417 characters" in answered["bad-1"].error.message
+    assert answered["bad-2"].error is not None
+    assert answered["bad-2"].error.code == "voice_not_found"
+    dlq = [orjson.loads(v) for v in await _read_all(settings, names.dlq)]
+    assert len(dlq) == 1 and dlq[0]["reason"].startswith("invalid_json")
+    assert dlq[0]["offset"] == 0
+
+
+async def test_redelivered_request_is_answered_from_the_stored_object(
+        settings: Settings, voice: str, worker: RunningWorker) -> None:
+    request = _request(voice, "Say it once, store it once.", "en")
+    first = (await request_and_wait(settings, [request], timeout_s=60))[request.request_id]
+    again = (await request_and_wait(settings, [request], timeout_s=60))[request.request_id]
+    assert first.audio is not None and again.audio is not None
+    assert again.audio.key == first.audio.key
+    assert again.audio.sha256 == first.audio.sha256
+    assert "synthesis" in first.timings_ms
+    assert "synthesis" not in again.timings_ms  # answered without running the engine
