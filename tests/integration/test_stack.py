@@ -17,7 +17,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_real_servers_are_running(local_stack: None) -> None:
-    ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True).stdout
+    ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True,
+                        check=True).stdout
     assert any("kafka.Kafka" in line and "java" in line for line in ps.splitlines())
     assert any("versitygw" in line and "posix" in line for line in ps.splitlines())
 

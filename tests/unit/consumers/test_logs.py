@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import logging
+
+import orjson
+
+from consumers.logs import JsonFormatter, TextFormatter
+
+
+def _record(**extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("consumers.worker", logging.INFO, __file__, 1, "done in %d ms",
+                               (12,), None)
+    for key, value in extra.items():
+        setattr(record, key, value)
+    return record
+
+
+def test_json_lines_carry_the_message_context() -> None:
+    line = JsonFormatter().format(_record(request_id="r1", voice_id="v1", partition=3,
+                                          offset=42))
+    entry = orjson.loads(line)
+    assert entry["msg"] == "done in 12 ms"
+    assert (entry["request_id"], entry["voice_id"], entry["partition"], entry["offset"]) == (
+        "r1", "v1", 3, 42)
+    assert "\n" not in line
+
+
+def test_text_format_appends_context() -> None:
+    line = TextFormatter("%(message)s").format(_record(request_id="r1"))
+    assert line == "done in 12 ms [request_id=r1]"
