@@ -7,6 +7,7 @@ back from the cluster and returns one `Drift` per difference from the spec.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from topics.specs import ALL_TOPICS, TopicSpec
 
 log = logging.getLogger(__name__)
 _TOPIC_ALREADY_EXISTS = 36
+_UNKNOWN_TOPIC = 3
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,15 @@ async def create_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
             raise RuntimeError(f"creating topic {name} failed: error {code} {message}")
         if code == 0:
             created.append(name)
+    # The controller has them; wait until the broker's metadata cache does too, so that a
+    # describe or produce right after this call sees the topics.
+    deadline = asyncio.get_running_loop().time() + 15.0
+    while created and asyncio.get_running_loop().time() < deadline:
+        metadata = await admin.describe_topics(created)
+        if all(t["error_code"] == 0 and all(p["leader"] >= 0 for p in t["partitions"])
+               for t in metadata):
+            break
+        await asyncio.sleep(0.1)
     log.info("created topics %s", created)
     return created
 
@@ -73,8 +84,8 @@ async def create_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
 async def describe_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
                           specs: tuple[TopicSpec, ...] = ALL_TOPICS) -> list[TopicState]:
     names = [prefix + spec.name for spec in specs]
-    metadata = {t["topic"]: t for t in await admin.describe_topics(names)}
-    present = [n for n in names if metadata.get(n, {}).get("error_code", 3) == 0]
+    metadata = await _settled_metadata(admin, names)
+    present = [n for n in names if metadata.get(n, {}).get("error_code", _UNKNOWN_TOPIC) == 0]
     configs: dict[str, dict[str, str]] = {n: {} for n in names}
     if present:
         responses = await admin.describe_configs(
@@ -95,6 +106,24 @@ async def describe_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
         replicas = min((len(p["replicas"]) for p in partitions), default=0)
         states.append(TopicState(name, True, len(partitions), replicas, configs[name]))
     return states
+
+
+async def _settled_metadata(admin: AIOKafkaAdminClient, names: list[str],
+                            timeout_s: float = 10.0) -> dict[str, Any]:
+    """Topic metadata once every topic either exists with leaders or is unknown.
+
+    Just after creation a topic answers LEADER_NOT_AVAILABLE for a moment; reading it as
+    "missing" would report drift that is not there.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        metadata = {t["topic"]: t for t in await admin.describe_topics(names)}
+        settling = [n for n, t in metadata.items()
+                    if t["error_code"] not in (0, _UNKNOWN_TOPIC)
+                    or any(p["leader"] < 0 for p in t["partitions"])]
+        if not settling or asyncio.get_running_loop().time() > deadline:
+            return metadata
+        await asyncio.sleep(0.2)
 
 
 def drift(states: list[TopicState], *, prefix: str = "", replication_factor: int = 1,

@@ -21,7 +21,6 @@ from consumers.worker import SynthesisWorker
 from deploy.local import stack
 from topics.admin import admin_client, create_topics
 from topics.config import Secret, Settings
-from topics.specs import ALL_TOPICS
 
 pytestmark = pytest.mark.integration
 
@@ -57,14 +56,6 @@ async def settings(bucket: str) -> Settings:
     await admin.start()
     try:
         await create_topics(admin, prefix=prefix)
-        # A new topic's partitions need a leader before clients can use them.
-        names = [prefix + spec.name for spec in ALL_TOPICS]
-        for _ in range(100):
-            described = await admin.describe_topics(names)
-            if all(t["error_code"] == 0 and all(p["leader"] >= 0 for p in t["partitions"])
-                   for t in described):
-                break
-            await asyncio.sleep(0.1)
     finally:
         await admin.close()
     return result

@@ -1,0 +1,268 @@
+"""JSON Schema (draft 2020-12) for the v1 events, generated from the msgspec structs.
+
+Flow: a struct of `topics.events` -> `msgspec.json.schema` -> its root definition inlined
+at the top with `$schema`, `$id` and the event's `schema` name as a constant -> the rules
+that msgspec types cannot express (ID charset and length, speed range, sample rates, the
+closed error-code set) added from `topics.validation` and `topics.errors` -> one file per
+event, `topics/schemas/<schema name>.json`, checked in. `python -m topics.jsonschema [DIR]`
+rewrites them; a unit test fails when the checked-in files drift from the structs.
+
+The schemas describe what a producer may send; `topics.validation.decode_request` stays
+the authority (some rules, such as text length after whitespace normalisation, metadata
+size or job index < total, cannot be written in JSON Schema and are only described).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from topics.errors import ErrorCode
+from topics.events import (
+    DLQ_SCHEMA,
+    JOB_SCHEMA,
+    REQUEST_SCHEMA,
+    RESULT_SCHEMA,
+    VOICE_SCHEMA,
+    AudioRef,
+    DeadLetter,
+    ErrorInfo,
+    Status,
+    SynthesisRequest,
+    SynthesisResult,
+    VoiceRegistration,
+)
+from topics.validation import (
+    MAX_METADATA_BYTES,
+    MAX_TEXT_CHARS,
+    REQUEST_ID_MAX,
+    VOICE_ID_MAX,
+)
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+SAMPLE_RATES = (16000, 22050, 24000, 44100, 48000)
+
+# `check_id` as a regular expression that means the same in Python's `re` and ECMA-262:
+# not ".", no "..", no newline (Python's `$` would accept one trailing "\n"), the charset.
+ID_PATTERN = r"^(?!\.$)(?!.*\.\.)(?!.*\n)[A-Za-z0-9._:-]+$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+S3_URI_PATTERN = r"^s3://[^/\s]+/\S+$"
+
+
+# The job event (DESIGN.md "Job (tts.job.v1)") has no struct in topics/events.py yet; these
+# provisional structs give it a schema and belong in events.py once the aggregator lands.
+class _Draft(msgspec.Struct, omit_defaults=True, kw_only=True):
+    pass
+
+
+class JobClip(_Draft):
+    index: int
+    request_id: str
+    voice_id: str
+    text: str
+    status: Status
+    duration_s: float = 0.0
+    audio: AudioRef | None = None
+    error: ErrorInfo | None = None
+
+
+class ClipSpan(_Draft):
+    index: int
+    start_s: float
+    end_s: float
+
+
+class JobCompleted(_Draft):
+    job_id: str
+    status: Literal["succeeded", "partial", "failed"]
+    total: int
+    clips: list[JobClip]
+    timeline: list[ClipSpan]
+    completed_at: str
+    schema: str = JOB_SCHEMA
+    duration_s: float = 0.0
+    subtitles: str | None = None
+
+
+EVENTS: dict[str, type[msgspec.Struct]] = {
+    REQUEST_SCHEMA: SynthesisRequest,
+    VOICE_SCHEMA: VoiceRegistration,
+    RESULT_SCHEMA: SynthesisResult,
+    JOB_SCHEMA: JobCompleted,
+    DLQ_SCHEMA: DeadLetter,
+}
+
+_DESCRIPTIONS = {
+    REQUEST_SCHEMA: "A synthesis request on tts.requests, keyed by voice_id.",
+    VOICE_SCHEMA: "A voice registration or update on the compacted tts.voices, keyed by "
+                  "voice_id; a tombstone (null value) deletes the voice.",
+    RESULT_SCHEMA: "The outcome of one request on tts.results, keyed by job.id, else "
+                   "request_id. Deduplicate by request_id: delivery is at least once.",
+    JOB_SCHEMA: "A finished job on tts.jobs, keyed by job_id: its clips in index order, "
+                "their timeline and subtitles.",
+    DLQ_SCHEMA: "A message that could not be parsed or processed, on tts.dlq, keyed by the "
+                "original key: the original bytes, headers and the reason.",
+}
+
+_ID_DESCRIPTION = "characters [A-Za-z0-9._:-], no '..', not '.'"
+
+# (definition title, property) -> keywords added to the property (to its non-null branch
+# where the field is optional).
+_CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("SynthesisRequest", "request_id"): {
+        "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,
+        "description": f"client idempotency key; {_ID_DESCRIPTION}",
+    },
+    ("SynthesisRequest", "voice_id"): {
+        "minLength": 1, "maxLength": VOICE_ID_MAX, "pattern": ID_PATTERN,
+        "description": f"registered voice, also the Kafka key; {_ID_DESCRIPTION}",
+    },
+    ("SynthesisRequest", "text"): {
+        "minLength": 1,
+        "description": f"at most {MAX_TEXT_CHARS:,} characters after runs of whitespace are "
+                       "collapsed to one space; not only whitespace",
+    },
+    ("SynthesisRequest", "instruct"): {
+        "description": "natural-language style or dialect instruction, e.g. 用四川话说这句话",
+    },
+    ("SynthesisRequest", "language"): {"description": "BCP-47 or dialect tag"},
+    ("SynthesisRequest", "sample_rate"): {
+        "enum": list(SAMPLE_RATES), "description": "default: the engine's native rate",
+    },
+    ("SynthesisRequest", "speed"): {"minimum": 0.5, "maximum": 2.0},
+    ("SynthesisRequest", "deadline"): {
+        "format": "date-time",
+        "description": "RFC 3339 with a UTC offset; past it the request is answered expired",
+    },
+    ("SynthesisRequest", "metadata"): {
+        "description": f"echoed back untouched; at most {MAX_METADATA_BYTES:,} bytes as JSON",
+    },
+    ("JobRef", "id"): {
+        "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,
+        "description": f"job the request belongs to, key of tts.results; {_ID_DESCRIPTION}",
+    },
+    ("JobRef", "index"): {"minimum": 0, "description": "0-based, less than total"},
+    ("JobRef", "total"): {"minimum": 1},
+    ("VoiceRegistration", "voice_id"): {
+        "minLength": 1, "maxLength": VOICE_ID_MAX, "pattern": ID_PATTERN,
+    },
+    ("VoiceRegistration", "reference"): {
+        "pattern": S3_URI_PATTERN, "description": "s3://bucket/key of the reference clip",
+    },
+    ("VoiceRegistration", "sha256"): {
+        "pattern": SHA256_PATTERN, "description": "hex SHA-256 of the reference bytes",
+    },
+    ("VoiceRegistration", "created_at"): {"format": "date-time"},
+    ("VoiceRegistration", "prompt_text"): {"description": "transcript of the reference"},
+    ("AudioRef", "format"): {"enum": ["flac", "mp3", "opus", "wav"]},
+    ("AudioRef", "sample_rate"): {"minimum": 1},
+    ("AudioRef", "duration_s"): {"minimum": 0},
+    ("AudioRef", "bytes"): {"minimum": 0},
+    ("AudioRef", "sha256"): {"pattern": SHA256_PATTERN},
+    ("ErrorInfo", "code"): {"enum": [code.value for code in ErrorCode]},
+    ("SynthesisResult", "completed_at"): {"format": "date-time"},
+    ("SynthesisResult", "attempt"): {"minimum": 1},
+    ("SynthesisResult", "rtf"): {"minimum": 0, "description": "real-time factor"},
+    ("SynthesisResult", "timings_ms"): {
+        "additionalProperties": {"type": "number", "minimum": 0},
+        "description": "queued, profile, synthesis, encode, upload, total",
+    },
+    ("JobCompleted", "job_id"): {
+        "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,
+    },
+    ("JobCompleted", "total"): {"minimum": 1},
+    ("JobCompleted", "completed_at"): {"format": "date-time"},
+    ("JobCompleted", "subtitles"): {
+        "pattern": S3_URI_PATTERN, "description": "s3:// key of the job's .srt",
+    },
+    ("JobCompleted", "clips"): {"description": "in index order"},
+    ("JobCompleted", "timeline"): {"description": "clips laid end to end, in index order"},
+    ("JobClip", "index"): {"minimum": 0},
+    ("ClipSpan", "index"): {"minimum": 0},
+    ("ClipSpan", "start_s"): {"minimum": 0},
+    ("ClipSpan", "end_s"): {"minimum": 0},
+    ("DeadLetter", "partition"): {"minimum": 0},
+    ("DeadLetter", "offset"): {"minimum": 0},
+    ("DeadLetter", "failed_at"): {"format": "date-time"},
+    ("DeadLetter", "key_b64"): {"contentEncoding": "base64"},
+    ("DeadLetter", "value_b64"): {
+        "contentEncoding": "base64", "description": "the original value bytes",
+    },
+}
+
+
+def event_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema of the event called `name` (e.g. `tts.request.v1`)."""
+    generated = msgspec.json.schema(EVENTS[name])
+    defs: dict[str, Any] = generated["$defs"]
+    root_name = generated["$ref"].rsplit("/", 1)[-1]
+    root = defs.pop(root_name)
+    for title, definition in [(root_name, root), *defs.items()]:
+        for (owner, prop), keywords in _CONSTRAINTS.items():
+            if owner == title and prop in definition["properties"]:
+                _constrain(definition["properties"][prop], keywords)
+    # Writers may omit `schema` (readers default it) but must not send another name.
+    root["properties"]["schema"]["const"] = name
+    out: dict[str, Any] = {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "$id": f"urn:voicefactory:schema:{name}",
+        **root,
+        "title": name,
+        "description": _DESCRIPTIONS[name] + " Unknown fields are allowed; readers ignore them.",
+    }
+    if defs:
+        out["$defs"] = dict(sorted(defs.items()))
+    return out
+
+
+def render_schemas() -> dict[str, str]:
+    """File name -> file content, for every event."""
+    return {
+        f"{name}.json": json.dumps(event_schema(name), indent=2, ensure_ascii=False) + "\n"
+        for name in EVENTS
+    }
+
+
+def write_schemas(directory: Path | str = SCHEMA_DIR) -> list[Path]:
+    """Write `<schema name>.json` for every event into `directory`; returns the paths."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for filename, content in render_schemas().items():
+        path = target / filename
+        path.write_text(content, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def _constrain(prop: dict[str, Any], keywords: dict[str, Any]) -> None:
+    target = prop
+    branches = prop.get("anyOf")
+    if branches is not None:
+        # Optional field: the value rules go on the non-null branch, the description on top.
+        target = next(b for b in branches if b.get("type") != "null")
+    for key, value in keywords.items():
+        (prop if key == "description" else target)[key] = value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m topics.jsonschema",
+        description="Write the JSON Schema of every v1 event as <schema name>.json.")
+    parser.add_argument("directory", nargs="?", type=Path, default=SCHEMA_DIR,
+                        help=f"output folder (default: {SCHEMA_DIR})")
+    args = parser.parse_args(argv)
+    for path in write_schemas(args.directory):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
