@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from consumers import logs
 from consumers.client import new_request_id, publish_voice, request_and_wait
 from consumers.runtime import build_runtime
 from consumers.worker import SynthesisWorker
@@ -41,6 +42,7 @@ def make_reference(path: Path) -> bytes:
 
 async def run_demo(settings: Settings, out_dir: Path, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
+    logs.configure("text", "WARNING")
     runtime = build_runtime(settings)
     reference = make_reference(out_dir / "reference.wav")
     voice = register_voice(runtime.store, voice_id=DEMO_VOICE, reference=reference,
