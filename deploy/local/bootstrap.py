@@ -13,22 +13,26 @@ from topics.admin import admin_client, create_topics, describe_topics, drift
 
 
 def ensure_topics(bootstrap: str, out: TextIO, deadline: float) -> None:
-    async def attempt() -> list[str]:
+    created: list[str] = []  # across attempts: a retry must not report them as pre-existing
+
+    async def attempt() -> None:
         admin = admin_client(bootstrap)
         await admin.start()
         try:
-            created = await create_topics(admin)
+            created.extend(await create_topics(admin))
             problems = drift(await describe_topics(admin))
             if problems:
                 raise RuntimeError("; ".join(str(p) for p in problems))
-            return created
+            # Asking for a group coordinator makes the broker create __consumer_offsets now,
+            # rather than during the first worker's join (where aiokafka logs it as an error).
+            await admin.find_coordinator("vf-synth")
         finally:
             await admin.close()
 
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            created = asyncio.run(attempt())
+            asyncio.run(attempt())
         except Exception as exc:  # the broker may still be electing its controller
             last = exc
             time.sleep(0.5)
