@@ -43,6 +43,12 @@ class ObjectStore:
         self._client = Minio(parts.netloc, access_key=access_key, secret_key=secret_key,
                              secure=parts.scheme == "https", region=region, http_client=http)
 
+    def reachable(self) -> bool:
+        try:
+            return bool(self._client.bucket_exists(self.bucket))
+        except (S3Error, urllib3.exceptions.HTTPError, OSError):
+            return False
+
     def put(self, key: str, data: bytes, content_type: str,
             metadata: dict[str, str] | None = None) -> None:
         try:

@@ -55,6 +55,14 @@ class Settings:
     precision: str = "fp32"
     max_inflight: int = 2
     max_batch: int = 8
+    batch_wait_ms: int = 10
+    queue_capacity: int = 64
+    max_attempts: int = 3
+    drain_seconds: int = 30
+    revoke_grace_seconds: int = 10
+    session_timeout_ms: int = 30_000
+    assignor: str = "sticky"
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and Prometheus scrape from outside the pod
     metrics_port: int = 9108
     group_id: str = "vf-synth"
     instance_id: str = field(default_factory=socket.gethostname)

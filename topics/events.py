@@ -1,7 +1,8 @@
 """The v1 events that cross Kafka, as msgspec structs, and their orjson-compatible codecs.
 
 Readers ignore unknown fields (msgspec's default) so a v1 reader survives a v1.1 writer.
-Encoding omits fields left at their default, keeping events small and stable.
+Encoding omits fields left at their default, keeping events small and stable; the `schema`
+field is each struct's msgspec tag, so it is always written and checked on decode.
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ class JobRef(_Event):
     total: int
 
 
-class SynthesisRequest(_Event):
+class SynthesisRequest(_Event, tag_field="schema", tag=REQUEST_SCHEMA):
     request_id: str
     voice_id: str
     text: str
-    schema: str = REQUEST_SCHEMA
     mode: Mode | None = None
     instruct: str | None = None
     language: str | None = None
@@ -47,12 +47,11 @@ class SynthesisRequest(_Event):
     metadata: dict[str, Any] | None = None
 
 
-class VoiceRegistration(_Event):
+class VoiceRegistration(_Event, tag_field="schema", tag=VOICE_SCHEMA):
     voice_id: str
     reference: str
     sha256: str
     created_at: str
-    schema: str = VOICE_SCHEMA
     prompt_text: str | None = None
     language: str | None = None
 
@@ -74,12 +73,11 @@ class ErrorInfo(_Event):
     retryable: bool = False
 
 
-class SynthesisResult(_Event):
+class SynthesisResult(_Event, tag_field="schema", tag=RESULT_SCHEMA):
     request_id: str
     voice_id: str
     status: Status
     completed_at: str
-    schema: str = RESULT_SCHEMA
     audio: AudioRef | None = None
     error: ErrorInfo | None = None
     job: JobRef | None = None
@@ -95,13 +93,12 @@ class SynthesisResult(_Event):
         return (self.job.id if self.job else self.request_id).encode()
 
 
-class DeadLetter(_Event):
+class DeadLetter(_Event, tag_field="schema", tag=DLQ_SCHEMA):
     topic: str
     partition: int
     offset: int
     reason: str
     failed_at: str
-    schema: str = DLQ_SCHEMA
     key_b64: str | None = None
     value_b64: str = ""
     headers: list[tuple[str, str]] = msgspec.field(default_factory=list)

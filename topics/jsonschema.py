@@ -42,12 +42,12 @@ from topics.validation import (
     MAX_METADATA_BYTES,
     MAX_TEXT_CHARS,
     REQUEST_ID_MAX,
+    SAMPLE_RATES,
     VOICE_ID_MAX,
 )
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
-SAMPLE_RATES = (16000, 22050, 24000, 44100, 48000)
 
 # `check_id` as a regular expression that means the same in Python's `re` and ECMA-262:
 # not ".", no "..", no newline (Python's `$` would accept one trailing "\n"), the charset.
@@ -208,8 +208,11 @@ def event_schema(name: str) -> dict[str, Any]:
         for (owner, prop), keywords in _CONSTRAINTS.items():
             if owner == title and prop in definition["properties"]:
                 _constrain(definition["properties"][prop], keywords)
-    # Writers may omit `schema` (readers default it) but must not send another name.
+    # Our writers always send `schema` (it is the msgspec tag); producers of requests may
+    # omit it (the worker defaults it) but must not send another name.
     root["properties"]["schema"]["const"] = name
+    if name == REQUEST_SCHEMA:
+        root["required"] = [f for f in root.get("required", []) if f != "schema"]
     out: dict[str, Any] = {
         "$schema": JSON_SCHEMA_DIALECT,
         "$id": f"urn:voicefactory:schema:{name}",

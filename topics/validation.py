@@ -34,7 +34,9 @@ def check_id(field: str, value: str, limit: int) -> str:
         raise ValueError(f"{field} has {len(value)} characters, limit {limit}")
     if not _ID_RE.fullmatch(value):
         raise ValueError(f"{field} {value!r} has characters outside [A-Za-z0-9._:-]")
-    if ".." in value or value in {".", ".."}:
+    if value == ".":
+        raise ValueError(f"{field} is '.', which names a directory")
+    if ".." in value:
         raise ValueError(f"{field} {value!r} contains '..'")
     return value
 
@@ -129,9 +131,19 @@ def _field_problem(request: SynthesisRequest) -> str | None:
     return None
 
 
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+
+
 def parse_deadline(value: str) -> datetime | None:
+    """RFC 3339 only (Python's fromisoformat alone also takes week dates, `T00Z`, ...)."""
+    if not _RFC3339.fullmatch(value):
+        return None
+    text = value[:-1] + "+00:00" if value[-1] in "Zz" else value
+    frac = re.search(r"\.(\d+)", text)
+    if frac and len(frac.group(1)) > 6:  # datetime keeps microseconds: trim nanoseconds
+        text = text.replace(frac.group(0), "." + frac.group(1)[:6], 1)
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return datetime.fromisoformat(text)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else None

@@ -11,10 +11,18 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pipeline.audio import Audio
+from topics.errors import ErrorCode, VoiceFactoryError
 
 
 class EngineUnavailable(RuntimeError):
     """The engine cannot start here (binary or weights missing); message says what to do."""
+
+
+class EngineOutOfMemory(VoiceFactoryError):
+    """The device ran out of memory on a batch: the caller retries it smaller."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.ENGINE_ERROR, message, retryable=True)
 
 
 @dataclass(frozen=True)

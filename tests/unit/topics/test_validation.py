@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
-from topics.events import JobRef, SynthesisRequest
+from topics.events import JobRef, SynthesisRequest, encode
 from topics.validation import check_id, decode_request, parse_deadline
 
 
@@ -80,7 +80,8 @@ def test_minimal_request_gets_defaults() -> None:
 def test_schema_field_may_be_omitted() -> None:
     obj = body()
     del obj["schema"]
-    assert decode_request(raw(obj)).schema == "tts.request.v1"
+    # The tag is written back on encode even when the producer left it out.
+    assert encode(decode_request(raw(obj))).startswith(b'{"schema":"tts.request.v1"')
 
 
 def test_full_request() -> None:
@@ -150,7 +151,7 @@ def test_wrong_types_are_invalid_requests(fields: dict[str, Any], fragment: str)
     ("with space", "has characters outside"),
     ("a..b", "contains '..'"),
     ("..", "contains '..'"),
-    (".", "contains '..'"),
+    (".", "is '.', which names a directory"),
     ("", "is empty"),
 ])
 @pytest.mark.parametrize("field", ["request_id", "voice_id"])
@@ -291,3 +292,11 @@ def test_rejections_are_voicefactory_errors_and_not_retryable() -> None:
 
 def test_check_id_returns_the_value() -> None:
     assert check_id("voice_id", "Zh-CN:narrator_01.v2", 64) == "Zh-CN:narrator_01.v2"
+
+
+def test_first_broken_rule_wins_in_the_documented_order() -> None:
+    # docs/contract.md "Validation rules": IDs, then field rules, then text.
+    too_long = "x" * 2001
+    assert rejected(body(voice_id="a/b", speed=9, text=too_long)).message.startswith("voice_id")
+    assert rejected(body(speed=9, text=too_long)).message.startswith("speed 9.0")
+    assert rejected(body(text=too_long)).code is ErrorCode.TEXT_TOO_LONG
