@@ -25,6 +25,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         s3_bucket=getattr(args, "bucket", None),
         engine=getattr(args, "engine", None),
         max_inflight=getattr(args, "max_inflight", None),
+        max_batch=getattr(args, "max_batch", None),
+        instance_id=getattr(args, "instance_id", None),
+        metrics_port=getattr(args, "metrics_port", None),
     )
 
 
@@ -86,7 +89,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     runtime = build_runtime(settings)
 
     async def run() -> None:
-        worker = SynthesisWorker(settings=settings, processor=runtime.processor)
+        worker = SynthesisWorker(settings=settings, processor=runtime.processor,
+                                 metrics=runtime.metrics)
         worker.install_signal_handlers()
         await worker.run()
 
@@ -190,7 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = common(sub.add_parser("worker", help="run a synthesis worker (group vf-synth)"))
     worker.add_argument("--engine", help="engine name (VF_ENGINE), default espeak")
-    worker.add_argument("--max-inflight", type=int, help="concurrent engine calls")
+    worker.add_argument("--max-inflight", type=int,
+                        help="concurrent engine calls (VF_MAX_INFLIGHT, default 2)")
+    worker.add_argument("--max-batch", type=int,
+                        help="most requests of one voice per engine call (VF_MAX_BATCH, default 8)")
+    worker.add_argument("--instance-id",
+                        help="static group member name (VF_INSTANCE_ID, default the host name)")
+    worker.add_argument("--metrics-port", type=int,
+                        help="/healthz, /readyz, /metrics port (VF_METRICS_PORT, default 9108; "
+                             "-1 disables)")
     worker.add_argument("--log-format", choices=["json", "text"], default="json")
     worker.set_defaults(func=cmd_worker)
 

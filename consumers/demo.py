@@ -49,7 +49,9 @@ async def run_demo(settings: Settings, out_dir: Path, out: TextIO = sys.stdout) 
                            prompt_text=REFERENCE_TEXT, language="en")
     await publish_voice(settings, voice)
     print(f"voice {DEMO_VOICE}: registered ({voice.reference})", file=out)
-    worker = SynthesisWorker(settings=settings, processor=runtime.processor)
+    # metrics_port -1: the demo's worker must not collide with a real worker's port.
+    worker = SynthesisWorker(settings=settings.with_overrides(metrics_port=-1),
+                             processor=runtime.processor, metrics=runtime.metrics)
     worker_task = asyncio.create_task(worker.run())
     requests = [SynthesisRequest(request_id=new_request_id(), voice_id=DEMO_VOICE, text=text,
                                  language=lang, metadata={"demo_line": i})

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
 from topics.config import Settings
@@ -31,3 +34,16 @@ def make_producer(settings: Settings, **extra: Any) -> AIOKafkaProducer:
 def make_consumer(settings: Settings, *topics: str, **extra: Any) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(*topics, bootstrap_servers=settings.kafka_bootstrap,
                             client_id="voicefactory", **security_kwargs(settings), **extra)
+
+
+_ASSIGNORS = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,
+              "sticky": StickyPartitionAssignor}
+
+
+def assignors(name: str) -> tuple[Any, ...]:
+    """The partition assignment strategy by name (VF_ASSIGNOR): sticky, range or roundrobin."""
+    try:
+        return (_ASSIGNORS[name],)
+    except KeyError:
+        names = ", ".join(_ASSIGNORS)
+        raise ValueError(f"VF_ASSIGNOR must be one of {names}, got {name!r}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from consumers.metrics import WorkerMetrics
 from pipeline.engines import Synthesizer, create_engine
 from pipeline.storage import ObjectStore
 from pipeline.synthesis import RequestProcessor
@@ -23,14 +24,18 @@ class Runtime:
     store: ObjectStore
     engine: Synthesizer
     processor: RequestProcessor
+    metrics: WorkerMetrics
 
 
 def build_runtime(settings: Settings) -> Runtime:
     store = make_store(settings)
     engine = create_engine(settings.engine)
     engine.load()
-    processor = RequestProcessor(engine=engine, store=store,
-                                 profiles=ProfileResolver(store=store, engine=engine),
+    metrics = WorkerMetrics()
+    profiles = ProfileResolver(store=store, engine=engine, on_lookup=metrics.on_profile)
+    processor = RequestProcessor(engine=engine, store=store, profiles=profiles,
                                  worker=settings.instance_id,
-                                 presign_seconds=settings.presign_seconds)
-    return Runtime(settings=settings, store=store, engine=engine, processor=processor)
+                                 presign_seconds=settings.presign_seconds,
+                                 on_oom_split=metrics.on_oom_retry)
+    return Runtime(settings=settings, store=store, engine=engine, processor=processor,
+                   metrics=metrics)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -59,8 +60,10 @@ class _Pending:
 
 class RequestProcessor:
     def __init__(self, *, engine: Synthesizer, store: ObjectStore, profiles: ProfileResolver,
-                 worker: str, presign_seconds: int) -> None:
+                 worker: str, presign_seconds: int,
+                 on_oom_split: Callable[[], None] | None = None) -> None:
         self._engine = engine
+        self._on_oom_split = on_oom_split or (lambda: None)
         self._store = store
         self._profiles = profiles
         self._worker = worker
@@ -144,6 +147,7 @@ class RequestProcessor:
             if len(todo) == 1:
                 return [exc]
             self.oom_splits += 1
+            self._on_oom_split()
             half = len(todo) // 2
             return self._run_engine(profile, todo[:half]) + self._run_engine(profile, todo[half:])
         except VoiceFactoryError as exc:

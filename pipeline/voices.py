@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import msgspec
@@ -57,9 +58,11 @@ def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
 class ProfileResolver:
     """Voice ID -> engine profile. A small in-process memo; the LRU tiers come later."""
 
-    def __init__(self, *, store: ObjectStore, engine: Synthesizer) -> None:
+    def __init__(self, *, store: ObjectStore, engine: Synthesizer,
+                 on_lookup: Callable[[str], None] | None = None) -> None:
         self._store = store
         self._engine = engine
+        self._on_lookup = on_lookup or (lambda result: None)  # "hit" | "store" | "miss"
         self._profiles: dict[tuple[str, str], Profile] = {}
         self._lock = threading.Lock()
 
@@ -73,6 +76,7 @@ class ProfileResolver:
         with self._lock:
             cached = self._profiles.get((voice_id, voice.sha256))
         if cached is not None:
+            self._on_lookup("hit")
             return cached
         ref_key = voice.reference.split("/", 3)[-1]
         data = self._store.get(ref_key)
@@ -83,4 +87,5 @@ class ProfileResolver:
                                        reference=decode(data), prompt_text=voice.prompt_text)
         with self._lock:
             self._profiles[(voice_id, voice.sha256)] = profile
+        self._on_lookup("miss")
         return profile

@@ -58,6 +58,8 @@ class Settings:
     batch_wait_ms: int = 10
     queue_capacity: int = 64
     max_attempts: int = 3
+    storage_retry_seconds: int = 300
+    retry_max_delay_s: int = 10
     drain_seconds: int = 30
     revoke_grace_seconds: int = 10
     session_timeout_ms: int = 30_000

@@ -10,7 +10,11 @@ def create_engine(name: str) -> Synthesizer:
         from pipeline.engines.espeak import EspeakEngine
 
         return EspeakEngine()
-    raise EngineUnavailable(f"unknown engine {name!r}; available in this build: espeak")
+    if name == "bench":
+        from pipeline.engines.bench import BenchEngine
+
+        return BenchEngine.from_env()
+    raise EngineUnavailable(f"unknown engine {name!r}; available in this build: espeak, bench")
 
 
 __all__ = ["EngineUnavailable", "Synthesizer", "create_engine"]

@@ -51,7 +51,8 @@ async def settings(bucket: str) -> Settings:
         kafka_bootstrap=f"127.0.0.1:{stack.KAFKA_PORT}", topic_prefix=prefix,
         s3_endpoint=f"http://127.0.0.1:{stack.S3_PORT}", s3_access_key=stack.S3_ACCESS_KEY,
         s3_secret_key=Secret(stack.S3_SECRET_KEY), s3_bucket=bucket,
-        group_id=f"vf-synth-{prefix}", instance_id=f"test-{prefix}")
+        group_id=f"vf-synth-{prefix}", instance_id=f"test-{prefix}", metrics_port=0,
+        metrics_host="127.0.0.1", session_timeout_ms=10_000)
     admin = admin_client(result.kafka_bootstrap)
     await admin.start()
     try:
@@ -66,7 +67,7 @@ class RunningWorker:
         runtime = build_runtime(settings)
         self.runtime = runtime
         self.worker = SynthesisWorker(settings=settings, processor=runtime.processor,
-                                      retry_base_s=0.05)
+                                      metrics=runtime.metrics, retry_base_s=0.05)
         self.task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> RunningWorker:

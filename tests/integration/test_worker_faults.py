@@ -1,0 +1,240 @@
+"""The worker under load and faults, on the real stack with the bench engine.
+
+Every test counts answers on `tts.results` by request_id: nothing may be missing; the
+duplicates allowed are named per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from consumers.demo import make_reference
+from consumers.runtime import make_store
+from deploy.local import stack
+from pipeline.voices import register_voice
+from tests.integration.conftest import RunningWorker
+from tests.integration.test_worker import _read_all
+from tests.integration.workers import (
+    dlq_records,
+    duplicates,
+    make_requests,
+    produce,
+    start_worker,
+    wait_for_answers,
+)
+from topics.config import Settings
+from topics.events import SynthesisRequest
+from topics.specs import topic_names
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def voices(settings: Settings, tmp_path: Path) -> list[str]:
+    reference = make_reference(tmp_path / "reference.wav")
+    store = make_store(settings)
+    ids = [f"voice-{i:03d}" for i in range(20)]
+    for voice_id in ids:
+        register_voice(store, voice_id=voice_id, reference=reference, prompt_text=None,
+                       language="en")
+    return ids
+
+
+@pytest.fixture
+def bench_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_BENCH_BASE_MS", "20")
+    monkeypatch.setenv("VF_BENCH_PER_ITEM_MS", "5")
+
+
+async def test_two_workers_answer_everything_and_keep_voices_apart(
+        settings: Settings, voices: list[str], bench_env: None) -> None:
+    s = settings.with_overrides(engine="bench")
+    requests = make_requests(200, voices=20)
+    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-a")), \
+            RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-b")):
+        await asyncio.sleep(3)  # both members joined: membership stable from here on
+        await produce(s, requests)
+        results = await wait_for_answers(s, {r.request_id for r in requests}, 120)
+    assert {r.status for r in results} == {"succeeded"}
+    by_id = {r.request_id: r for r in results}
+    assert len(by_id) == 200
+    workers_per_voice: dict[str, set[str | None]] = defaultdict(set)
+    for r in by_id.values():
+        workers_per_voice[r.voice_id].add(r.worker)
+    assert all(len(w) == 1 for w in workers_per_voice.values()), workers_per_voice
+    assert len({w for ws in workers_per_voice.values() for w in ws}) == 2
+
+
+async def test_poison_request_fails_after_n_attempts_and_its_partition_goes_on(
+        settings: Settings, voices: list[str], bench_env: None) -> None:
+    s = settings.with_overrides(engine="bench", max_attempts=3)
+    poison = SynthesisRequest(request_id="poison-1", voice_id="voice-000",
+                              text="This always fails [[bench:fail]]")
+    after = make_requests(5, voices=1, prefix="after")  # all voice-000: the same partition
+    async with RunningWorker(s) as running:
+        await produce(s, [poison, *after])
+        results = await wait_for_answers(s, {"poison-1", *(r.request_id for r in after)}, 60)
+        retries = running.runtime.metrics.render()[0].decode()
+    by_id = {r.request_id: r for r in results}
+    failed = by_id["poison-1"]
+    assert failed.status == "failed" and failed.attempt == 3
+    assert failed.error is not None and failed.error.code == "engine_error"
+    assert all(by_id[r.request_id].status == "succeeded" for r in after)
+    dlq = dlq_records(await _read_all(s, topic_names(s.topic_prefix).dlq))
+    assert [d["offset"] for d in dlq] == [0]
+    assert 'vf_retries_total{code="engine_error"} 2.0' in retries
+
+
+async def test_max_inflight_holds_and_a_full_queue_pauses_partitions(
+        settings: Settings, voices: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_BENCH_BASE_MS", "30")
+    s = settings.with_overrides(engine="bench", max_inflight=2, max_batch=4, queue_capacity=16)
+    requests = make_requests(400, voices=20)
+    await produce(s, requests)
+    async with RunningWorker(s) as running:
+        deepest, paused_seen = 0, False
+        answered: set[str] = set()
+        deadline = time.monotonic() + 120
+        while len(answered) < len(requests) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            deepest = max(deepest, running.worker.batcher.qsize())
+            paused_seen |= bool(running.worker._consumer and running.worker._consumer.paused())
+            if running.worker.processed >= len(requests):
+                break
+        engine = running.runtime.engine
+    assert getattr(engine, "max_concurrent_seen", 0) <= 2
+    assert getattr(engine, "max_concurrent_seen", 0) == 2
+    assert deepest <= 16 + 4 * 20  # capacity plus at most one fetch's overshoot
+    assert paused_seen
+    results = await wait_for_answers(s, {r.request_id for r in requests}, 60)
+    assert duplicates(results) == 0
+
+
+async def test_sigterm_mid_batch_finishes_commits_and_exits_zero(
+        settings: Settings, voices: list[str], tmp_path: Path) -> None:
+    requests = make_requests(6, voices=1)
+    await produce(settings, requests)
+    proc = start_worker(settings, "sigterm-1", tmp_path / "worker.log", VF_ENGINE="bench",
+                        VF_BENCH_BASE_MS="1500", VF_MAX_BATCH="8", VF_MAX_INFLIGHT="1")
+    try:
+        await _wait_log(tmp_path / "worker.log", "assigned partitions", 60)
+        await asyncio.sleep(1.0)  # the batch of six is in the engine now
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "worker.log").read_text()
+    assert code == 0, log
+    assert "SIGTERM received" in log
+    results = await wait_for_answers(settings, {r.request_id for r in requests}, 30)
+    assert duplicates(results) == 0
+    committed = await _committed(settings)
+    assert sum(committed.values()) == 6, committed
+
+
+async def test_kill_9_loses_nothing_and_duplicates_only_in_flight_work(
+        settings: Settings, voices: list[str], tmp_path: Path) -> None:
+    requests = make_requests(120, voices=20)
+    env = {"VF_ENGINE": "bench", "VF_BENCH_BASE_MS": "40", "VF_MAX_BATCH": "4"}
+    first = start_worker(settings, "kill-a", tmp_path / "a.log", **env)
+    try:
+        await _wait_log(tmp_path / "a.log", "assigned partitions", 60)
+        await produce(settings, requests)
+        await _wait_log(tmp_path / "a.log", "succeeded", 60)
+        await asyncio.sleep(1.0)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+        second = start_worker(settings, "kill-b", tmp_path / "b.log", **env)
+        try:
+            results = await wait_for_answers(settings, {r.request_id for r in requests}, 120)
+        finally:
+            second.terminate()
+            second.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # Duplicates come only from answers produced but not yet committed when -9 hit.
+    assert duplicates(results) <= 4 * 2 + 64
+    store = make_store(settings)
+    wanted = {r.request_id for r in requests}
+    keys = [k for k in store.list_prefix("audio/") if k.rsplit("/", 1)[-1][:-4] in wanted]
+    assert len(keys) == len(requests)  # one object per request, never a second one
+
+
+async def test_s3_outage_of_20_s_loses_nothing(
+        settings: Settings, voices: list[str], bench_env: None) -> None:
+    if stack.S3.pid() is None:
+        pytest.skip("the S3 server was not started by this checkout")
+    s = settings.with_overrides(engine="bench", retry_max_delay_s=2)  # default max_attempts
+    requests = make_requests(60, voices=20)
+    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-s3")) as running:
+        await asyncio.sleep(2)
+        os.kill(stack.S3.pid() or 0, signal.SIGKILL)
+        try:
+            await produce(s, requests)
+            await asyncio.sleep(20)
+        finally:
+            await asyncio.to_thread(stack.up, out=io.StringIO())
+        results = await wait_for_answers(s, {r.request_id for r in requests}, 180)
+        metrics = running.runtime.metrics.render()[0].decode()
+    assert {r.request_id for r in results if r.status == "succeeded"} == {
+        r.request_id for r in requests}
+    assert 'vf_retries_total{code="storage_error"}' in metrics
+
+
+async def test_broker_restart_loses_nothing(
+        settings: Settings, voices: list[str], bench_env: None) -> None:
+    if stack.KAFKA.pid() is None:
+        pytest.skip("the broker was not started by this checkout")
+    s = settings.with_overrides(engine="bench")
+    first, second = make_requests(40, voices=20, prefix="pre"), make_requests(40, voices=20,
+                                                                             prefix="post")
+    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-br")):
+        await produce(s, first)
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(_restart_kafka)
+        await produce(s, second)
+        results = await wait_for_answers(s, {r.request_id for r in first + second}, 180)
+    assert {r.request_id for r in results} >= {r.request_id for r in first + second}
+
+
+def _restart_kafka() -> None:
+    pid = stack.KAFKA.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while stack.KAFKA.pid() is not None and time.monotonic() < deadline:
+        stack._reap(pid)
+        time.sleep(0.2)
+    stack.up(out=io.StringIO(), timeout_s=120)
+
+
+async def _wait_log(path: Path, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{text!r} not in {path} after {timeout_s} s:\n"
+                         f"{path.read_text() if path.exists() else ''}")
+
+
+async def _committed(settings: Settings) -> dict[int, int]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(settings.group_id)
+    finally:
+        await admin.close()
+    return {tp.partition: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}

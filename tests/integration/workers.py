@@ -1,0 +1,85 @@
+"""Helpers for fault tests: worker subprocesses, request floods, answers read back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaProducer
+
+from tests.integration.test_worker import _read_all
+from topics.config import Settings
+from topics.events import SynthesisRequest, SynthesisResult, decode_result, encode
+from topics.specs import topic_names
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "VF_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "VF_TOPIC_PREFIX": settings.topic_prefix,
+        "VF_S3_ENDPOINT": settings.s3_endpoint, "VF_S3_ACCESS_KEY": settings.s3_access_key,
+        "VF_S3_SECRET_KEY": settings.s3_secret_key.reveal(), "VF_S3_BUCKET": settings.s3_bucket,
+        "VF_GROUP_ID": settings.group_id, "VF_METRICS_PORT": "0",
+        "VF_METRICS_HOST": "127.0.0.1", "VF_SESSION_TIMEOUT_MS": "10000",
+    })
+    env.update(extra)
+    return env
+
+
+def start_worker(settings: Settings, instance: str, log: Path,
+                 **extra: str) -> subprocess.Popen[bytes]:
+    env = worker_env(settings, VF_INSTANCE_ID=instance, **extra)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "voicefactory", "worker"], cwd=REPO,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def make_requests(n: int, voices: int, prefix: str = "r") -> list[SynthesisRequest]:
+    tag = uuid.uuid4().hex[:6]
+    return [SynthesisRequest(request_id=f"{prefix}-{tag}-{i:05d}",
+                             voice_id=f"voice-{i % voices:03d}",
+                             text=f"Line number {i} for the fault test.", language="en")
+            for i in range(n)]
+
+
+async def produce(settings: Settings, requests: list[SynthesisRequest]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
+                                linger_ms=5)
+    await producer.start()
+    try:
+        topic = topic_names(settings.topic_prefix).requests
+        futures = [await producer.send(topic, encode(r), key=r.voice_id.encode())
+                   for r in requests]
+        for f in futures:
+            await f
+    finally:
+        await producer.stop()
+
+
+async def wait_for_answers(settings: Settings, wanted: set[str], timeout_s: float,
+                           ) -> list[SynthesisResult]:
+    deadline = time.monotonic() + timeout_s
+    results: list[SynthesisResult] = []
+    while time.monotonic() < deadline:
+        results = [decode_result(v) for v in await _read_all(
+            settings, topic_names(settings.topic_prefix).results, timeout_s=10)]
+        if wanted <= {r.request_id for r in results}:
+            return results
+    missing = wanted - {r.request_id for r in results}
+    raise AssertionError(f"{len(missing)} requests never answered, e.g. {sorted(missing)[:5]}")
+
+
+def duplicates(results: list[SynthesisResult]) -> int:
+    return sum(c - 1 for c in Counter(r.request_id for r in results).values())
+
+
+def dlq_records(values: list[bytes]) -> list[dict[str, object]]:
+    return [orjson.loads(v) for v in values]
