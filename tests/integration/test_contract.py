@@ -102,3 +102,44 @@ async def _in_thread(argv: list[str]) -> int:
 
     # The CLI runs its own event loop; give it a thread so it does not nest in the test's.
     return await asyncio.to_thread(voicefactory.main, argv)
+
+
+async def test_traceparent_is_carried_from_request_to_result(
+        settings: Settings, voice: str) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    names = topic_names(settings.topic_prefix)
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        for rid, headers in (("traced-1", [("traceparent",
+                                            f"00-{trace_id}-00f067aa0ba902b7-01".encode())]),
+                             ("untraced-1", [])):
+            await producer.send_and_wait(names.requests, orjson.dumps(
+                {"request_id": rid, "voice_id": voice, "text": "Trace me."}),
+                key=voice.encode(), headers=headers)
+    finally:
+        await producer.stop()
+    async with RunningWorker(settings):
+        sentinel = SynthesisRequest(request_id=f"s-{uuid.uuid4().hex[:8]}", voice_id=voice,
+                                    text="Sentinel.", language="en")
+        await request_and_wait(settings, [sentinel], timeout_s=60)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    headers: dict[str, str] = {}
+    try:
+        consumer.assign([TopicPartition(names.results, p) for p in range(12)])
+        for _ in range(20):
+            for records in (await consumer.getmany(timeout_ms=300)).values():
+                for rec in records:
+                    rid = decode_result(rec.value or b"{}").request_id
+                    headers[rid] = dict(rec.headers)["traceparent"].decode()
+            if {"traced-1", "untraced-1"} <= headers.keys():
+                break
+    finally:
+        await consumer.stop()
+    assert headers["traced-1"].split("-")[1] == trace_id
+    assert headers["traced-1"].split("-")[2] != "00f067aa0ba902b7"  # a new span of that trace
+    assert headers["untraced-1"].split("-")[1] != trace_id  # a fresh trace was started

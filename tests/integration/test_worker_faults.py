@@ -238,3 +238,32 @@ async def _committed(settings: Settings) -> dict[int, int]:
     finally:
         await admin.close()
     return {tp.partition: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+
+
+async def test_static_member_restart_keeps_everyone_s_partitions(
+        settings: Settings, voices: list[str], bench_env: None) -> None:
+    s = settings.with_overrides(engine="bench")
+    a = s.with_overrides(instance_id=f"{s.instance_id}-a")
+    b = s.with_overrides(instance_id=f"{s.instance_id}-b")
+    async with RunningWorker(b) as steady:
+        async with RunningWorker(a) as first_a:
+            await asyncio.sleep(4)
+            before_a = set(first_a.worker._consumer.assignment())
+        before_b = set(steady.worker._consumer.assignment())
+        revoked_before = steady.worker.metrics.render()[0]
+        async with RunningWorker(a) as second_a:  # back well within the session timeout
+            await asyncio.sleep(3)
+            after_a = set(second_a.worker._consumer.assignment())
+        after_b = set(steady.worker._consumer.assignment())
+        revoked_after = steady.worker.metrics.render()[0]
+    assert before_a and before_b
+    assert after_a == before_a
+    assert after_b == before_b
+    assert _revocations(revoked_after) == _revocations(revoked_before)
+
+
+def _revocations(text: bytes) -> float:
+    for line in text.decode().splitlines():
+        if line.startswith('vf_rebalances_total{kind="revoked"}'):
+            return float(line.split()[-1])
+    return 0.0
