@@ -113,12 +113,13 @@ async def test_traceparent_is_carried_from_request_to_result(
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     await producer.start()
     try:
-        for rid, headers in (("traced-1", [("traceparent",
-                                            f"00-{trace_id}-00f067aa0ba902b7-01".encode())]),
-                             ("untraced-1", [])):
+        sent: list[tuple[str, list[tuple[str, bytes]]]] = [
+            ("traced-1", [("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01".encode())]),
+            ("untraced-1", [])]
+        for rid, request_headers in sent:
             await producer.send_and_wait(names.requests, orjson.dumps(
                 {"request_id": rid, "voice_id": voice, "text": "Trace me."}),
-                key=voice.encode(), headers=headers)
+                key=voice.encode(), headers=request_headers)
     finally:
         await producer.stop()
     async with RunningWorker(settings):
