@@ -1,85 +1,125 @@
-"""Per-partition commit points from out-of-order completions.
+"""Per-partition commit points from out-of-order completions (DESIGN.md "The synthesis worker").
 
-add(tp, offset) when a record is fetched -> done(tp, offset) when its answer is acknowledged
--> committable(): for each partition, one past the highest offset below which every fetched
-record is done. Offsets may have gaps (compaction, transaction markers): only fetched
-offsets count. Each partition keeps a min-heap of outstanding offsets, so every operation is
-O(log n).
+fetch loop: add(tp, offset) for every record taken off the broker -> dispatchers finish
+records in any order: done(tp, offset) once the answer is produced and flushed -> commit
+loop: committable() gives, per partition whose point moved, one past the highest offset
+below which every *fetched* offset is done -> consumer.commit(...) -> mark_committed(...).
+On revocation, forget(tps) drops a partition's state; answers that finish later are ignored.
+
+Offsets within a partition may have gaps (compaction, transaction markers), so the tracker
+never assumes offset + 1 follows offset: only offsets that were added count. Each partition
+keeps a min-heap of the offsets not yet passed by its commit point, so add and done are
+O(log n) and the commit point advances in amortised O(1) per completed offset.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 
 from aiokafka.structs import TopicPartition
 
 
-@dataclass
 class _Partition:
-    outstanding: list[int] = field(default_factory=list)  # heap of fetched, not done
-    finished: set[int] = field(default_factory=set)  # done, but below an outstanding one?
-    highest_fetched: int = -1
-    committed: int | None = None
+    """Outstanding offsets of one partition and how far its commit point has advanced."""
 
-    def commit_point(self) -> int | None:
-        # Lazily pop offsets that completed.
-        while self.outstanding and self.outstanding[0] in self.finished:
-            self.finished.discard(heapq.heappop(self.outstanding))
-        if self.outstanding:
-            point = self.outstanding[0]  # everything fetched below it is done
-        elif self.highest_fetched >= 0:
-            point = self.highest_fetched + 1
-        else:
-            return None
-        return point
+    __slots__ = ("committed", "done", "fetched", "heap", "position")
+
+    def __init__(self) -> None:
+        self.heap: list[int] = []  # fetched offsets the commit point has not passed, min first
+        self.fetched: set[int] = set()  # the same offsets, for O(1) membership
+        self.done: set[int] = set()  # those of them that are finished
+        self.position: int | None = None  # next offset to commit; None until one is done
+        self.committed: int | None = None  # the last position handed to mark_committed
+
+    def add(self, offset: int) -> bool:
+        if offset in self.fetched or (self.position is not None and offset < self.position):
+            return False  # redelivered after a seek or a retried fetch: already accounted for
+        heapq.heappush(self.heap, offset)
+        self.fetched.add(offset)
+        return True
+
+    def finish(self, offset: int) -> bool:
+        if offset not in self.fetched or offset in self.done:
+            return False
+        self.done.add(offset)
+        heap = self.heap
+        # Only the smallest outstanding offset can hold the commit point back.
+        while heap and heap[0] in self.done:
+            passed = heapq.heappop(heap)
+            self.fetched.remove(passed)
+            self.done.remove(passed)
+            self.position = passed + 1
+        return True
+
+    @property
+    def pending(self) -> int:
+        return len(self.fetched) - len(self.done)
 
 
 class OffsetTracker:
+    """Which offsets are safe to commit, per partition; pure bookkeeping, no Kafka I/O."""
+
     def __init__(self) -> None:
         self._parts: dict[TopicPartition, _Partition] = {}
+        self._pending = 0
 
-    def add(self, tp: TopicPartition, offset: int) -> None:
-        part = self._parts.setdefault(tp, _Partition())
-        if offset <= part.highest_fetched:
-            return  # a re-fetch after a seek: already tracked
-        part.highest_fetched = offset
-        heapq.heappush(part.outstanding, offset)
-
-    def done(self, tp: TopicPartition, offset: int) -> None:
+    def add(self, tp: TopicPartition, offset: int) -> bool:
+        """Record a fetched offset; False when it was already tracked or already passed."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset} for {tp}")
         part = self._parts.get(tp)
-        if part is None or offset > part.highest_fetched:
-            return  # forgotten partition (revoked) or a stale answer: nothing to track
-        part.finished.add(offset)
+        if part is None:
+            part = self._parts[tp] = _Partition()
+        added = part.add(offset)
+        self._pending += added
+        return added
+
+    def done(self, tp: TopicPartition, offset: int) -> bool:
+        """Record that a fetched offset is finished.
+
+        False (and nothing changes) when the partition was forgotten, the offset was never
+        fetched, or it was already done: a late answer after a revocation is not an error.
+        """
+        part = self._parts.get(tp)
+        if part is None or not part.finish(offset):
+            return False
+        self._pending -= 1
+        return True
 
     def committable(self) -> dict[TopicPartition, int]:
+        """Offsets to commit for the partitions whose point moved since `mark_committed`."""
         out: dict[TopicPartition, int] = {}
         for tp, part in self._parts.items():
-            point = part.commit_point()
-            if point is not None and (part.committed is None or point > part.committed):
-                out[tp] = point
+            if part.position is not None and (part.committed is None
+                                              or part.position > part.committed):
+                out[tp] = part.position
         return out
 
-    def mark_committed(self, offsets: dict[TopicPartition, int]) -> None:
+    def mark_committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Note a successful commit; offsets of forgotten partitions are ignored."""
         for tp, offset in offsets.items():
             part = self._parts.get(tp)
             if part is not None and (part.committed is None or offset > part.committed):
                 part.committed = offset
 
     def pending(self, tp: TopicPartition) -> int:
+        """Fetched offsets of `tp` that are not done yet."""
         part = self._parts.get(tp)
-        if part is None:
-            return 0
-        part.commit_point()
-        return len(part.outstanding) - len(part.finished & set(part.outstanding))
+        return 0 if part is None else part.pending
 
     def total_pending(self) -> int:
-        return sum(self.pending(tp) for tp in self._parts)
+        return self._pending
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
+        """Drop the state of revoked partitions; their unfinished offsets go to the next owner."""
         for tp in tps:
-            self._parts.pop(tp, None)
+            part = self._parts.pop(tp, None)
+            if part is not None:
+                self._pending -= part.pending
 
-    def partitions(self) -> set[TopicPartition]:
-        return set(self._parts)
+    def partitions(self) -> frozenset[TopicPartition]:
+        return frozenset(self._parts)
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self._parts

@@ -58,9 +58,9 @@ async def test_two_workers_answer_everything_and_keep_voices_apart(
         settings: Settings, voices: list[str], bench_env: None) -> None:
     s = settings.with_overrides(engine="bench")
     requests = make_requests(200, voices=20)
-    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-a")), \
-            RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-b")):
-        await asyncio.sleep(3)  # both members joined: membership stable from here on
+    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-a")) as a, \
+            RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-b")) as b:
+        await _until_split(a, b)  # both members own partitions: membership stable from here
         await produce(s, requests)
         results = await wait_for_answers(s, {r.request_id for r in requests}, 120)
     assert {r.status for r in results} == {"succeeded"}
@@ -247,7 +247,7 @@ async def test_static_member_restart_keeps_everyone_s_partitions(
     b = s.with_overrides(instance_id=f"{s.instance_id}-b")
     async with RunningWorker(b) as steady:
         async with RunningWorker(a) as first_a:
-            await asyncio.sleep(4)
+            await _until_split(steady, first_a)
             before_a = set(first_a.worker._consumer.assignment())
         before_b = set(steady.worker._consumer.assignment())
         revoked_before = steady.worker.metrics.render()[0]
@@ -260,6 +260,18 @@ async def test_static_member_restart_keeps_everyone_s_partitions(
     assert after_a == before_a
     assert after_b == before_b
     assert _revocations(revoked_after) == _revocations(revoked_before)
+
+
+async def _until_split(*workers: RunningWorker, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        owned = [set(w.worker._consumer.assignment()) if w.worker._consumer else set()
+                 for w in workers]
+        if all(owned) and len(set().union(*owned)) == 12 and \
+                sum(len(o) for o in owned) == 12:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("the group never settled with every worker owning partitions")
 
 
 def _revocations(text: bytes) -> float:
