@@ -71,9 +71,10 @@ class OffsetTracker:
         part = self._parts.get(tp)
         if part is None:
             part = self._parts[tp] = _Partition()
-        added = part.add(offset)
-        self._pending += added
-        return added
+        if not part.add(offset):
+            return False
+        self._pending += 1
+        return True
 
     def done(self, tp: TopicPartition, offset: int) -> bool:
         """Record that a fetched offset is finished.

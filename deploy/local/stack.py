@@ -147,8 +147,11 @@ def _start_kafka(libs: Path, out: TextIO) -> None:
     if not (data / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         print(f"kafka: formatting KRaft storage in {data} (cluster {cluster_id})", file=out)
-        fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                              "-c", str(props)], capture_output=True, text=True, check=False)
+        # `--cluster-id=` form: a URL-safe base64 ID may start with "-", which argparse
+        # would read as an option.
+        fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format",
+                              f"--cluster-id={cluster_id}", "--config", str(props)],
+                             capture_output=True, text=True, check=False)
         if fmt.returncode != 0:
             raise StackError(f"kafka storage format failed:\n{fmt.stdout}{fmt.stderr}")
     pid = _spawn(KAFKA, [*java, "kafka.Kafka", str(props)])

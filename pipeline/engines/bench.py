@@ -1,24 +1,32 @@
-"""The `bench` engine: synthetic speech-like audio at a configurable cost, for load tests.
+"""The `bench` engine: speech-like synthetic audio at a configurable cost, for load tests.
 
-cost of one call = base_ms + per_item_ms * n + per_audio_second_ms * (audio seconds made),
-spent in time.sleep (the worker runs engines in a thread, as it would a GPU call). Output:
-harmonics of a pitch taken from the profile, shaped by a syllable-rate envelope, 24 kHz,
-deterministic per (voice, text). Markers in the text inject faults: `[[bench:fail]]` raises
-a retryable engine error, `[[bench:oom]]` an out-of-memory on any batch larger than one.
-Never the default engine.
+synthesize(profile, batch) -> fault markers checked -> per item: length from the text
+(len(text) * seconds_per_char, at least 0.3 s, divided by speed) -> harmonics of the
+profile's pitch under a syllable-rate envelope plus a little noise, 24 kHz float32, peak 0.3,
+deterministic per (voice, text) -> time.sleep until the call has cost
+
+    base_ms + per_item_ms * n + per_audio_second_ms * (seconds of audio in the batch)
+
+so a batch behaves like one GPU call: it runs in the worker's thread and blocks it, and the
+time spent making the audio counts towards the cost. Markers in a text inject faults:
+`[[bench:fail]]` raises a retryable engine error, `[[bench:oom]]` an out-of-memory on any
+batch holding it, `[[bench:oom-batch]]` an out-of-memory only on batches of two or more (so
+the split-and-retry path succeeds). It clones nothing; never the default engine.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import threading
 import time
 from collections.abc import Mapping
 
 import numpy as np
+import numpy.typing as npt
 
-from pipeline.audio import Audio
+from pipeline.audio import Audio, Samples
 from pipeline.engines.base import (
     Capabilities,
     EngineOutOfMemory,
@@ -26,34 +34,57 @@ from pipeline.engines.base import (
     SynthesisItem,
     Synthesized,
 )
+from pipeline.text import guess_language
 from topics.errors import ErrorCode, VoiceFactoryError
 
-RATE = 24000
+SAMPLE_RATE = 24000
+MIN_SECONDS = 0.3
+FAIL_MARKER = "[[bench:fail]]"
+OOM_MARKER = "[[bench:oom]]"
+OOM_BATCH_MARKER = "[[bench:oom-batch]]"
+_HARMONICS = 6
+_PEAK = 0.3
+
+Floats = npt.NDArray[np.float64]
 
 
 class BenchEngine:
     name = "bench"
 
     def __init__(self, *, base_ms: float = 0.0, per_item_ms: float = 0.0,
-                 per_audio_second_ms: float = 0.0, seconds_per_char: float = 0.06) -> None:
+                 per_audio_second_ms: float = 0.0, seconds_per_char: float = 0.06,
+                 fail_texts: bool = True) -> None:
+        for knob, value in (("base_ms", base_ms), ("per_item_ms", per_item_ms),
+                            ("per_audio_second_ms", per_audio_second_ms)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{knob} must be a finite number >= 0, got {value!r}")
+        if not math.isfinite(seconds_per_char) or seconds_per_char <= 0:
+            raise ValueError(f"seconds_per_char must be a finite number > 0, "
+                             f"got {seconds_per_char!r}")
         self.base_ms = base_ms
         self.per_item_ms = per_item_ms
         self.per_audio_second_ms = per_audio_second_ms
         self.seconds_per_char = seconds_per_char
+        self.fail_texts = fail_texts  # honour the [[bench:...]] fault markers
+        # Counters for tests and load reports; synthesize runs in several threads at once.
         self._lock = threading.Lock()
         self._running = 0
-        self.max_concurrent_seen = 0
         self.calls = 0
         self.items = 0
+        self.max_concurrent_seen = 0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BenchEngine:
+        """Knobs from VF_BENCH_BASE_MS, VF_BENCH_PER_ITEM_MS, VF_BENCH_PER_AUDIO_SECOND_MS
+        and VF_BENCH_SECONDS_PER_CHAR; unset or empty means the default."""
         env = os.environ if environ is None else environ
 
         def number(name: str, default: float) -> float:
-            raw = env.get(name)
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default
             try:
-                return default if raw is None else float(raw)
+                return float(raw)
             except ValueError:
                 raise ValueError(f"{name} must be a number, got {raw!r}") from None
 
@@ -64,54 +95,91 @@ class BenchEngine:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(languages=("*",), modes=("zero_shot", "cross_lingual", "instruct",
-                                                     "sft"),
-                            batching=True, streaming=False, cloning="none (synthetic audio)")
+        return Capabilities(languages=("*",),
+                            modes=("zero_shot", "cross_lingual", "instruct", "sft"),
+                            batching=True, streaming=False,
+                            cloning="none: synthetic audio at a pitch derived from the voice")
 
     def load(self) -> None:
-        pass
+        """Nothing to load: the bench engine needs no weights and no device."""
 
     def profile(self, *, voice_id: str, sha256: str, reference: Audio,
                 prompt_text: str | None) -> Profile:
-        seed = int(hashlib.sha256(f"{voice_id}:{sha256}".encode()).hexdigest()[:8], 16)
+        # A pitch from the reference's hash, not its analysis: cheap and stable per voice.
+        seed = _seed(voice_id, sha256)
         return Profile(voice_id=voice_id, sha256=sha256, engine=self.name,
                        features={"pitch_hz": 90.0 + seed % 160})
 
     def cost_s(self, n_items: int, audio_seconds: float) -> float:
+        """What a call on `n_items` making `audio_seconds` of audio costs, in seconds."""
         return (self.base_ms + self.per_item_ms * n_items
                 + self.per_audio_second_ms * audio_seconds) / 1000
 
+    def seconds_for(self, item: SynthesisItem) -> float:
+        """Length of the audio made for `item`."""
+        return max(MIN_SECONDS, len(item.text) * self.seconds_per_char) / item.speed
+
     def synthesize(self, profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]:
-        for item in batch:
-            if "[[bench:fail]]" in item.text:
-                raise VoiceFactoryError(ErrorCode.ENGINE_ERROR, "bench: injected engine failure")
-        if len(batch) > 1 and any("[[bench:oom]]" in item.text for item in batch):
-            raise EngineOutOfMemory(f"bench: injected out of memory on a batch of {len(batch)}")
+        started = time.perf_counter()
         with self._lock:
             self._running += 1
-            self.max_concurrent_seen = max(self.max_concurrent_seen, self._running)
             self.calls += 1
             self.items += len(batch)
+            self.max_concurrent_seen = max(self.max_concurrent_seen, self._running)
         try:
-            outputs = [self._audio(profile, item) for item in batch]
-            seconds = sum(o.duration_s for o in outputs)
-            time.sleep(self.cost_s(len(batch), seconds))
+            if self.fail_texts:
+                self._inject_faults(batch)
+            out = [Synthesized(audio=self._audio(profile, item),
+                               language=(item.language or guess_language(item.text)).lower())
+                   for item in batch]
+            seconds = sum(s.audio.duration_s for s in out)
+            left = self.cost_s(len(batch), seconds) - (time.perf_counter() - started)
+            if left > 0:
+                time.sleep(left)
+            return out
         finally:
             with self._lock:
                 self._running -= 1
-        return [Synthesized(audio=o, language=item.language or "und")
-                for o, item in zip(outputs, batch, strict=True)]
+
+    @staticmethod
+    def _inject_faults(batch: list[SynthesisItem]) -> None:
+        texts = [item.text for item in batch]
+        if any(FAIL_MARKER in text for text in texts):
+            raise VoiceFactoryError(ErrorCode.ENGINE_ERROR, "bench: injected engine failure",
+                                    retryable=True)
+        if any(OOM_MARKER in text for text in texts):
+            raise EngineOutOfMemory(f"bench: injected out of memory on a batch of {len(batch)}")
+        if len(batch) > 1 and any(OOM_BATCH_MARKER in text for text in texts):
+            raise EngineOutOfMemory(f"bench: injected out of memory on a batch of {len(batch)}")
 
     def _audio(self, profile: Profile, item: SynthesisItem) -> Audio:
-        seconds = max(0.3, len(item.text) * self.seconds_per_char) / item.speed
-        n = int(seconds * RATE)
-        seed = int(hashlib.sha256(f"{profile.voice_id}|{item.text}".encode()).hexdigest()[:8],
-                   16)
-        rng = np.random.default_rng(seed)
-        t = np.arange(n) / RATE
+        n = max(1, round(self.seconds_for(item) * SAMPLE_RATE))
+        rng = np.random.default_rng(_seed(profile.voice_id, profile.sha256, item.text))
+        t = np.arange(n, dtype=np.float64) / SAMPLE_RATE
         f0 = profile.features.get("pitch_hz", 140.0)
-        voice = sum(np.sin(2 * np.pi * f0 * k * t) / k for k in (1, 2, 3, 4))
-        envelope = 0.5 * (1 - np.cos(2 * np.pi * 4.0 * t))  # ~4 syllables a second
-        signal = voice * envelope + 0.02 * rng.standard_normal(n)
+        # Intonation: a slow wobble around the voice's pitch, falling a little to the end.
+        contour = f0 * (1 + 0.06 * np.sin(2 * np.pi * 0.7 * t + rng.uniform(0, 2 * np.pi)))
+        contour *= 1 - 0.1 * t / max(float(t[-1]), 1e-9)
+        phase = 2 * np.pi * np.cumsum(contour) / SAMPLE_RATE
+        voiced = sum(np.sin(k * phase) / k for k in range(1, _HARMONICS + 1))
+        signal = voiced * _syllables(t, rng) + 0.01 * rng.standard_normal(n)
         peak = float(np.max(np.abs(signal))) or 1.0
-        return Audio(samples=(0.3 * signal / peak).astype(np.float32), sample_rate=RATE)
+        samples: Samples = (_PEAK * signal / peak).astype(np.float32)
+        return Audio(samples=samples, sample_rate=SAMPLE_RATE)
+
+
+def _syllables(t: Floats, rng: np.random.Generator) -> Floats:
+    """An amplitude envelope of raised-cosine syllables, 0.15-0.3 s each (~4-6 a second)."""
+    total = float(t[-1]) + 1 / SAMPLE_RATE
+    count = int(total / 0.15) + 2
+    starts = np.concatenate(([0.0], np.cumsum(rng.uniform(0.15, 0.3, count))))
+    loudness = rng.uniform(0.4, 1.0, count + 1)
+    index = np.searchsorted(starts, t, side="right") - 1
+    length = starts[index + 1] - starts[index]
+    within = (t - starts[index]) / length
+    envelope: Floats = loudness[index] * np.sin(np.pi * within) ** 2
+    return envelope
+
+
+def _seed(*parts: str) -> int:
+    return int.from_bytes(hashlib.sha256("\0".join(parts).encode()).digest()[:8], "big")
