@@ -163,6 +163,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import logging
+
+    from consumers.assignor_bench import run_all, table
+
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # rebalances are the point here
+    print("measuring partition movement per assignor on the real broker ...", file=sys.stderr)
+    print(table(asyncio.run(run_all(_settings(args)))))
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from consumers.demo import run_demo
     from deploy.local import stack
@@ -232,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     submit = common(sub.add_parser("submit", help="produce requests from a JSONL file"))
     submit.add_argument("file")
     submit.set_defaults(func=cmd_submit)
+
+    bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
+    bench.add_argument("suite", choices=["assignors"],
+                       help="assignors: partitions moved per assignment strategy")
+    bench.set_defaults(func=cmd_bench)
 
     demo = common(sub.add_parser("demo", help="run the end-to-end demo on the local stack"))
     demo.add_argument("--out-dir", default=".vf/demo")

@@ -63,7 +63,7 @@ class Settings:
     drain_seconds: int = 30
     revoke_grace_seconds: int = 10
     session_timeout_ms: int = 30_000
-    assignor: str = "sticky"
+    assignor: str = "range"  # measured: docs/benchmarks.md
     metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and Prometheus scrape from outside the pod
     metrics_port: int = 9108
     group_id: str = "vf-synth"
