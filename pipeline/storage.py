@@ -8,8 +8,10 @@ raising, because "not there yet" is an ordinary answer (idempotency checks, voic
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
@@ -58,14 +60,9 @@ class ObjectStore:
             raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"put {key}: {exc}") from exc
 
     def get(self, key: str) -> bytes | None:
-        try:
-            response = self._client.get_object(self.bucket, key)
-        except S3Error as exc:
-            if exc.code in _MISSING:
-                return None
-            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"get {key}: {exc}") from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"get {key}: {exc}") from exc
+        response = self._missing_is_none("get", key, self._client.get_object)
+        if response is None:
+            return None
         try:
             return bytes(response.read())
         finally:
@@ -73,17 +70,23 @@ class ObjectStore:
             response.release_conn()
 
     def stat(self, key: str) -> ObjectInfo | None:
-        try:
-            info = self._client.stat_object(self.bucket, key)
-        except S3Error as exc:
-            if exc.code in _MISSING:
-                return None
-            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"stat {key}: {exc}") from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"stat {key}: {exc}") from exc
+        info = self._missing_is_none("stat", key, self._client.stat_object)
+        if info is None:
+            return None
         meta = {k.lower().removeprefix("x-amz-meta-"): v for k, v in (info.metadata or {}).items()
                 if k.lower().startswith("x-amz-meta-")}
         return ObjectInfo(key=key, size=int(info.size or 0), metadata=meta)
+
+    def _missing_is_none(self, op: str, key: str, call: Callable[[str, str], Any]) -> Any:
+        """`call(bucket, key)`, with "no such object" as None and other failures retryable."""
+        try:
+            return call(self.bucket, key)
+        except S3Error as exc:
+            if exc.code in _MISSING:
+                return None
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"{op} {key}: {exc}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"{op} {key}: {exc}") from exc
 
     def presign(self, key: str, expires_s: int) -> str:
         try:
