@@ -11,7 +11,7 @@ from pipeline.engines.base import Capabilities, Profile, SynthesisItem, Synthesi
 from pipeline.storage import ObjectInfo
 from pipeline.synthesis import Received, RequestProcessor
 from pipeline.voices import ProfileResolver
-from topics.errors import ErrorCode, InvalidRequest
+from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
 from topics.events import SynthesisRequest
 
 
@@ -109,3 +109,21 @@ def test_success_stores_once_and_a_repeat_is_served_from_the_object() -> None:
     assert engine.calls == 1
     assert list(store.objects) == ["audio/2026/01/02/r.wav"]
     assert again.audio is not None and again.audio.sha256 == first.audio.sha256
+
+
+def test_out_of_memory_on_a_batch_retries_it_smaller_and_fails_only_the_culprit() -> None:
+    from pipeline.engines.bench import OOM_BATCH_MARKER, OOM_MARKER, BenchEngine
+
+    engine, store = BenchEngine(), DictStore()
+    splits: list[int] = []
+    processor = RequestProcessor(engine=engine, store=store,  # type: ignore[arg-type]
+                                 profiles=FixedProfiles({"v"}), worker="w", presign_seconds=60,
+                                 on_oom_split=lambda: splits.append(1))
+    texts = ["one", f"two {OOM_BATCH_MARKER}", "three", "four", f"five {OOM_MARKER}"]
+    batch = [(SynthesisRequest(request_id=f"r{i}", voice_id="v", text=t), _received())
+             for i, t in enumerate(texts)]
+    outcomes = processor.process_batch(batch)
+    assert [getattr(o, "status", None) for o in outcomes[:4]] == ["succeeded"] * 4
+    assert isinstance(outcomes[4], VoiceFactoryError) and outcomes[4].retryable
+    assert splits and processor.oom_splits == len(splits)
+    assert len(store.objects) == 4
