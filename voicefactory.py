@@ -183,7 +183,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="voicefactory", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="voicefactory",
+        description="Kafka-native voice-cloning TTS: local stack, topics, worker, voices, "
+                    "clients and benchmarks. Settings come from VF_* variables (README).",
+        epilog="Exit codes: 0 ok, 1 failure, 2 usage error.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
