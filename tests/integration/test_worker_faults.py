@@ -279,3 +279,18 @@ def _revocations(text: bytes) -> float:
         if line.startswith('vf_rebalances_total{kind="revoked"}'):
             return float(line.split()[-1])
     return 0.0
+
+
+async def test_synthesis_longer_than_the_session_timeout_keeps_membership(
+        settings: Settings, voices: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # 12 s of engine time against a 10 s session timeout: heartbeats must go on meanwhile.
+    monkeypatch.setenv("VF_BENCH_BASE_MS", "12000")
+    s = settings.with_overrides(engine="bench", session_timeout_ms=10_000)
+    [request] = make_requests(1, voices=1, prefix="slow")
+    async with RunningWorker(s) as running:
+        await produce(s, [request])
+        results = await wait_for_answers(s, {request.request_id}, 60)
+        metrics = running.runtime.metrics.render()[0]
+    assert results[0].status == "succeeded"
+    assert (results[0].timings_ms.get("synthesis") or 0) >= 12000
+    assert _revocations(metrics) == 0
