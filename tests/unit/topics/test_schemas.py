@@ -51,7 +51,9 @@ def validator(name: str) -> jsonschema.Draft202012Validator:
 
 
 def examples() -> list[tuple[str, str]]:
-    found = [(m["name"], m["body"]) for m in EXAMPLE_RE.finditer(CONTRACT.read_text("utf-8"))]
+    # The README's examples are held to the same schemas as the contract page's.
+    found = [(m["name"], m["body"]) for doc in (CONTRACT, ROOT / "README.md")
+             for m in EXAMPLE_RE.finditer(doc.read_text("utf-8"))]
     assert found, f"no example blocks in {CONTRACT}"
     return found
 
