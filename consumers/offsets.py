@@ -104,6 +104,11 @@ class OffsetTracker:
             if part is not None and (part.committed is None or offset > part.committed):
                 part.committed = offset
 
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The last offset `mark_committed` recorded for `tp` (None if none, or forgotten)."""
+        part = self._parts.get(tp)
+        return None if part is None else part.committed
+
     def pending(self, tp: TopicPartition) -> int:
         """Fetched offsets of `tp` that are not done yet."""
         part = self._parts.get(tp)

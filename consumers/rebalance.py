@@ -32,7 +32,7 @@ class RevocationListener(ConsumerRebalanceListener):  # type: ignore[misc]
         w.revoked.update(revoked)
         dropped = w.batcher.drop(lambda job: job.tp in revoked)
         for job in dropped:
-            w.inflight_by_tp[job.tp] = w.inflight_by_tp.get(job.tp, 1) - 1
+            w._release(job.tp)
         deadline = time.monotonic() + w._settings.revoke_grace_seconds
         while any(w.inflight_by_tp.get(tp, 0) > 0 for tp in revoked):
             if time.monotonic() > deadline:

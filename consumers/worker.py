@@ -84,7 +84,6 @@ class SynthesisWorker:
         self._publisher: Publisher | None = None
         self._active_batches = 0
         self._last_broker_ok = 0.0
-        self._committed: dict[TopicPartition, int] = {}
         self.health: HealthServer | None = None
         self.processed = 0
         self.waiting_retry = 0
@@ -318,9 +317,9 @@ class SynthesisWorker:
         assert self._publisher is not None
         await self._publisher.publish(rec, result=result, dlq=dlq)
         self.processed += 1
-        # Also while a revocation waits for in-flight work: that commit needs these.
-        if tp in self.tracker.partitions():
-            self.tracker.done(tp, rec.offset)
+        # Also while a revocation waits for in-flight work (that commit needs these); a no-op
+        # once the partition is forgotten.
+        self.tracker.done(tp, rec.offset)
 
     def _release(self, tp: TopicPartition) -> None:
         left = self.inflight_by_tp.get(tp, 0) - 1
@@ -365,7 +364,6 @@ class SynthesisWorker:
             return
         self._last_broker_ok = time.monotonic()
         self.tracker.mark_committed(offsets)
-        self._committed.update(offsets)
         self.metrics.on_commit(len(offsets))
 
     def _update_lag(self) -> None:
@@ -374,7 +372,7 @@ class SynthesisWorker:
             high = consumer.highwater(tp)
             if high is None:
                 continue
-            done = self._committed.get(tp)
+            done = self.tracker.committed(tp)
             if done is None:
                 continue
             self.metrics.set_lag(tp.topic, tp.partition, max(0, high - done))

@@ -73,8 +73,7 @@ async def create_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
     deadline = asyncio.get_running_loop().time() + 15.0
     while created and asyncio.get_running_loop().time() < deadline:
         metadata = await admin.describe_topics(created)
-        if all(t["error_code"] == 0 and all(p["leader"] >= 0 for p in t["partitions"])
-               for t in metadata):
+        if all(_serving(t) for t in metadata):
             break
         await asyncio.sleep(0.1)
     log.info("created topics %s", created)
@@ -108,6 +107,11 @@ async def describe_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",
     return states
 
 
+def _serving(topic: dict[str, Any]) -> bool:
+    """The topic exists and every partition has a leader."""
+    return bool(topic["error_code"] == 0 and all(p["leader"] >= 0 for p in topic["partitions"]))
+
+
 async def _settled_metadata(admin: AIOKafkaAdminClient, names: list[str],
                             timeout_s: float = 10.0) -> dict[str, Any]:
     """Topic metadata once every topic either exists with leaders or is unknown.
@@ -119,8 +123,7 @@ async def _settled_metadata(admin: AIOKafkaAdminClient, names: list[str],
     while True:
         metadata = {t["topic"]: t for t in await admin.describe_topics(names)}
         settling = [n for n, t in metadata.items()
-                    if t["error_code"] not in (0, _UNKNOWN_TOPIC)
-                    or any(p["leader"] < 0 for p in t["partitions"])]
+                    if not (_serving(t) or t["error_code"] == _UNKNOWN_TOPIC)]
         if not settling or asyncio.get_running_loop().time() > deadline:
             return metadata
         await asyncio.sleep(0.2)

@@ -164,3 +164,13 @@ def test_many_offsets_are_tracked_quickly() -> None:
         tracker.done(P0, offset)
     assert tracker.committable() == {P0: n}
     assert tracker.total_pending() == 0
+
+
+def test_committed_reads_back_the_last_mark_and_forgets_with_the_partition() -> None:
+    tracker = fetched(0, 1)
+    assert tracker.committed(P0) is None
+    tracker.done(P0, 0)
+    tracker.mark_committed(tracker.committable())
+    assert tracker.committed(P0) == 1
+    tracker.forget([P0])
+    assert tracker.committed(P0) is None
