@@ -29,7 +29,7 @@ class Runtime:
 
 def build_runtime(settings: Settings) -> Runtime:
     store = make_store(settings)
-    engine = create_engine(settings.engine)
+    engine = create_engine(settings.engine, settings)
     engine.load()
     metrics = WorkerMetrics()
     profiles = ProfileResolver(store=store, engine=engine, on_lookup=metrics.on_profile)

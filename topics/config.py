@@ -53,6 +53,7 @@ class Settings:
     engine: str = "espeak"
     device: str = "cpu"
     precision: str = "fp32"
+    cosyvoice_model_dir: str = ""  # local CosyVoice 2/3 weights; never downloaded
     max_inflight: int = 2
     max_batch: int = 8
     batch_wait_ms: int = 10

@@ -1,0 +1,124 @@
+"""Start-up checks for the CosyVoice engine: model directory, package import, API version.
+
+VF_COSYVOICE_MODEL_DIR -> `inspect_model_dir` (which generation, which files are missing)
+-> `import_cosyvoice` (FunAudioLLM's repository on PYTHONPATH, with Matcha-TTS) ->
+`check_api` (the model class takes a zero-shot speaker id everywhere the adapter uses one).
+Each failure is an `EngineUnavailable` naming what is wrong and how to fix it, raised before
+any weights are read. Nothing here downloads: CosyVoice's own constructors fall back to a
+ModelScope download when the directory does not exist, so the adapter only ever hands them
+a directory it has checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from pipeline.engines.base import EngineUnavailable
+
+INSTALL_HINT = ("git clone --recursive https://github.com/FunAudioLLM/CosyVoice, "
+                "pip install -r CosyVoice/requirements.txt, and put the clone and its "
+                "third_party/Matcha-TTS on PYTHONPATH (docs/cosyvoice.md)")
+
+# Files every CosyVoice 2/3 directory holds (CosyVoice-BlankEN is the Qwen tokenizer and
+# LLM config folder); llm.rl.pt, spk2info.pt and the jit/TensorRT exports are optional.
+_COMMON_FILES = ("llm.pt", "flow.pt", "hift.pt", "campplus.onnx", "CosyVoice-BlankEN")
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    path: Path
+    generation: int  # 2 or 3
+    class_name: str  # in cosyvoice.cli.cosyvoice
+    config: str  # the hyperpyyaml file that names the generation
+
+
+# (generation, class, config), newest first: a directory is read as the first whose config
+# exists.
+_GENERATIONS = ((3, "CosyVoice3", "cosyvoice3.yaml"), (2, "CosyVoice2", "cosyvoice2.yaml"))
+_TOKENIZERS = {2: "speech_tokenizer_v2.onnx", 3: "speech_tokenizer_v3.onnx"}
+
+
+def required_files(generation: int) -> tuple[str, ...]:
+    return (*_COMMON_FILES, _TOKENIZERS[generation])
+
+
+def inspect_model_dir(model_dir: str) -> ModelLayout:
+    """The generation and class of the model in `model_dir`, or why it cannot be loaded."""
+    if not model_dir.strip():
+        raise EngineUnavailable(
+            "VF_COSYVOICE_MODEL_DIR is not set: point it at a local CosyVoice2-0.5B or "
+            "Fun-CosyVoice3-0.5B directory (weights are never downloaded at run time; "
+            "see docs/cosyvoice.md)")
+    path = Path(model_dir).expanduser()
+    if not path.is_dir():
+        raise EngineUnavailable(f"VF_COSYVOICE_MODEL_DIR={model_dir} does not exist or is "
+                                "not a directory")
+    found = next((g for g in _GENERATIONS if (path / g[2]).is_file()), None)
+    if found is None:
+        if (path / "cosyvoice.yaml").is_file():
+            raise EngineUnavailable(
+                f"{path} holds a CosyVoice 1 model (cosyvoice.yaml); this engine runs "
+                "CosyVoice 2 or 3 (24 kHz, instruct2): use CosyVoice2-0.5B or "
+                "Fun-CosyVoice3-0.5B")
+        raise EngineUnavailable(f"{path} has neither cosyvoice3.yaml nor cosyvoice2.yaml: "
+                                "it is not a CosyVoice 2/3 model directory")
+    generation, class_name, config = found
+    missing = [name for name in required_files(generation) if not (path / name).exists()]
+    if missing:
+        raise EngineUnavailable(f"{path} ({config}) lacks {', '.join(missing)}: "
+                                "download the complete model directory (docs/cosyvoice.md)")
+    return ModelLayout(path, generation, class_name, config)
+
+
+def import_cosyvoice() -> ModuleType:
+    """`cosyvoice.cli.cosyvoice`, or a message saying which part of the install is missing."""
+    try:
+        return importlib.import_module("cosyvoice.cli.cosyvoice")
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing == "cosyvoice":
+            raise EngineUnavailable("the cosyvoice package is not importable (it is not on "
+                                    f"PyPI): {INSTALL_HINT}") from exc
+        if missing.startswith("cosyvoice."):
+            raise EngineUnavailable(f"a `cosyvoice` package is importable but has no "
+                                    f"{missing}: it is not FunAudioLLM's CosyVoice; "
+                                    f"{INSTALL_HINT}") from exc
+        if missing.split(".")[0] == "matcha":
+            raise EngineUnavailable(
+                "CosyVoice imports `matcha` from its third_party/Matcha-TTS submodule: add "
+                "<clone>/third_party/Matcha-TTS to PYTHONPATH (run `git submodule update "
+                "--init` in the clone if that folder is empty)") from exc
+        raise EngineUnavailable(f"CosyVoice is on the path but its dependency "
+                                f"{missing.split('.')[0]!r} is missing: pip install -r "
+                                "<clone>/requirements.txt") from exc
+    except ImportError as exc:
+        raise EngineUnavailable(f"importing cosyvoice.cli.cosyvoice failed: {exc}") from exc
+
+
+# The adapter feeds every call from the zero-shot speaker cache, so each of these methods must
+# take `zero_shot_spk_id`; releases before early 2025 lacked it on cross_lingual/instruct2.
+_SPEAKER_METHODS = ("inference_zero_shot", "inference_cross_lingual", "inference_instruct2")
+
+
+def model_class(module: ModuleType, layout: ModelLayout) -> type:
+    cls = getattr(module, layout.class_name, None)
+    if not isinstance(cls, type):
+        raise EngineUnavailable(f"the installed CosyVoice ({module.__file__}) has no "
+                                f"{layout.class_name}, which {layout.path} "
+                                f"({layout.config}) needs: update the clone (git pull)")
+    for method in (*_SPEAKER_METHODS, "add_zero_shot_spk"):
+        fn = getattr(cls, method, None)
+        if fn is None:
+            raise EngineUnavailable(f"the installed CosyVoice ({module.__file__}) has no "
+                                    f"{layout.class_name}.{method}: update the clone")
+        if method in _SPEAKER_METHODS and \
+                "zero_shot_spk_id" not in inspect.signature(fn).parameters:
+            raise EngineUnavailable(
+                f"the installed CosyVoice ({module.__file__}) is too old: "
+                f"{layout.class_name}.{method} takes no zero_shot_spk_id; update the clone "
+                "(git pull) to a 2025 release or later")
+    return cls
