@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):/usr/local/go/bin:$(PATH)
-DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven
+DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg
 STAMP := $(VENV)/.installed
 
 .PHONY: help setup demo test unit integration lint down clean
@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	@# Resemblyzer's wheel carries the GE2E weights; its metadata pins packages that no longer
+	@# install (typing, webrtcvad), so it goes in without them: pyproject lists its real needs.
+	$(BIN)/pip install -q --no-deps 'resemblyzer==0.1.4'
 	@touch $(STAMP)
 
 demo: setup  ## start the local stack, register a voice, synthesize zh/yue/en lines, print where the audio is

@@ -99,31 +99,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_voices(args: argparse.Namespace) -> int:
-    from pipeline.reference import check_reference
-
     if args.action == "check":
-        data = Path(args.file).read_bytes()
-        report = check_reference(data)
-        if report.audio is not None:
-            print(f"sample rate   {report.audio.sample_rate} Hz")
-            print(f"duration      {report.audio.duration_s:.2f} s")
-            print(f"speech        {report.speech_s:.2f} s")
-            print(f"peak          {report.peak_dbfs:.1f} dBFS")
-            print(f"clipped       {report.clipped_ratio:.2%}")
-        for problem in report.problems:
-            print(f"FAIL  {problem}")
-        print("verdict       " + ("ok" if report.ok else "rejected"))
-        return EXIT_OK if report.ok else EXIT_FAIL
+        return _voices_check(Path(args.file))
     from consumers.runtime import make_store
 
     settings = _settings(args)
     store = make_store(settings)
     if args.action == "list":
-        for key in store.list_prefix("voices/"):
-            if key.endswith("/voice.json"):
-                print(key.split("/")[1])
+        from pipeline.voices import list_voices
+
+        voices = list_voices(store)
+        print(f"{'voice':<24} {'language':<9} {'sha256':<16} {'created':<25} transcript")
+        for v in voices:
+            print(f"{v.voice_id:<24} {v.language or '-':<9} {v.sha256[:16]:<16} "
+                  f"{v.created_at:<25} {(v.prompt_text or '')[:40]}")
+        print(f"{len(voices)} voice(s)", file=sys.stderr)
         return EXIT_OK
-    from consumers.client import publish_voice
+    from consumers.client import publish_voice, publish_voice_tombstone
+
+    if args.action == "rm":
+        from pipeline.voices import remove_voice
+
+        removed = remove_voice(store, args.voice_id)
+        asyncio.run(publish_voice_tombstone(settings, args.voice_id))
+        print(f"removed {args.voice_id}: {removed} object(s) deleted, tombstone produced")
+        return EXIT_OK
     from pipeline.voices import register_voice
 
     event = register_voice(store, voice_id=args.voice_id, reference=Path(args.file).read_bytes(),
@@ -131,6 +131,22 @@ def cmd_voices(args: argparse.Namespace) -> int:
     asyncio.run(publish_voice(settings, event))
     print(f"registered {event.voice_id}: {event.reference} sha256={event.sha256[:16]}")
     return EXIT_OK
+
+
+def _voices_check(path: Path) -> int:
+    from pipeline.reference import check_reference
+
+    report = check_reference(path.read_bytes())
+    print(f"{'rule':<16} {'':<5} {'measured':<38} limit")
+    for c in report.checks:
+        mark = "ok" if c.ok else ("warn" if c.advisory else "FAIL")
+        print(f"{c.rule:<16} {mark:<5} {c.measured:<38} {c.limit}")
+    if report.audio is not None:
+        print(f"{'duration':<16} {'':<5} {report.audio.duration_s:.2f} s in all")
+    for problem in report.problems:
+        print(f"FAIL: {problem}", file=sys.stderr)
+    print("verdict: " + ("ok" if report.ok else "rejected"))
+    return EXIT_OK if report.ok else EXIT_FAIL
 
 
 def cmd_say(args: argparse.Namespace) -> int:
@@ -166,6 +182,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import logging
 
+    if args.suite != "assignors":
+        from consumers.bench.runner import main as run_benchmarks
+
+        return run_benchmarks(_settings(args), quick=args.quick, only=args.only,
+                              json_path=Path(args.json) if args.json else None,
+                              plots_dir=Path(args.plots_dir) if args.plots_dir else None,
+                              work_dir=Path(args.work_dir), out=sys.stdout)
     from consumers.assignor_bench import run_all, table
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # rebalances are the point here
@@ -180,6 +203,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     stack.up()
     return asyncio.run(run_demo(_settings(args), Path(args.out_dir)))
+
+
+def cmd_aggregator(args: argparse.Namespace) -> int:
+    from consumers import logs
+    from consumers.aggregator import run
+
+    logs.configure(args.log_format)
+    settings = _settings(args).with_overrides(
+        aggregator_port=args.port, job_timeout_seconds=args.job_timeout,
+        job_gap_ms=args.gap_ms, aggregator_datadir=args.datadir)
+    return run(settings)
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    from consumers.jobs import ScriptError, load_script, run_command
+
+    try:
+        script = load_script(Path(args.script), concat=True if args.concat else None)
+    except ScriptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_command(_settings(args), script, wait=args.wait, timeout_s=args.timeout,
+                       job_timeout_s=args.job_timeout)
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from consumers.jobs import tail_results
+
+    asyncio.run(tail_results(_settings(args), from_beginning=args.from_beginning,
+                             out=sys.stdout, limit=args.limit))
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--log-format", choices=["json", "text"], default="json")
     worker.set_defaults(func=cmd_worker)
 
-    voices = sub.add_parser("voices", help="check, register and list voices")
+    voices = sub.add_parser("voices", help="check, register, list and remove voices")
     vsub = voices.add_subparsers(dest="action", required=True)
     check = vsub.add_parser("check", help="validate a reference clip")
     check.add_argument("file")
@@ -231,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--text", help="transcript of the reference (recommended)")
     add.add_argument("--language")
     common(vsub.add_parser("list", help="list registered voices"))
+    rm = common(vsub.add_parser("rm", help="delete a voice: its objects and a tombstone on "
+                                           "tts.voices"))
+    rm.add_argument("voice_id")
     voices.set_defaults(func=cmd_voices)
 
     say = common(sub.add_parser("say", help="synthesize one line and download it"))
@@ -249,13 +306,63 @@ def build_parser() -> argparse.ArgumentParser:
     submit.set_defaults(func=cmd_submit)
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
-    bench.add_argument("suite", choices=["assignors"],
-                       help="assignors: partitions moved per assignment strategy")
+    bench.add_argument("suite", nargs="?", choices=["all", "assignors"], default="all",
+                       help="all (default): overhead, capacity, cache, restart, batching, "
+                            "memory, faults (docs/benchmarks.md); "
+                            "assignors: partitions moved per assignment strategy")
+    bench.add_argument("--quick", action="store_true",
+                       help="shorter durations and counts, same figures (`make bench`)")
+    bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
+    bench.add_argument("--only", nargs="+", metavar="NAME",
+                       choices=["overhead", "capacity", "cache", "restart", "batching",
+                                "memory", "faults"], help="run only these measurements")
+    bench.add_argument("--plots-dir", default="docs/img", help="PNG plots go here")
+    bench.add_argument("--work-dir", default=".vf/bench",
+                       help="worker logs, py-spy profile, report.md, figures.json")
     bench.set_defaults(func=cmd_bench)
 
     demo = common(sub.add_parser("demo", help="run the end-to-end demo on the local stack"))
     demo.add_argument("--out-dir", default=".vf/demo")
     demo.set_defaults(func=cmd_demo)
+
+    agg = common(sub.add_parser(
+        "aggregator", help="collect a job's results into one tts.jobs event (faust-streaming)"))
+    agg.add_argument("--port", type=int,
+                     help="/healthz, /readyz port (VF_AGGREGATOR_PORT, default 9109; -1 off)")
+    agg.add_argument("--job-timeout", type=int, help="close a job as partial after this many "
+                     "seconds without a result (VF_JOB_TIMEOUT_SECONDS, default 600)")
+    agg.add_argument("--gap-ms", type=int, help="silence between clips on the timeline "
+                     "(VF_JOB_GAP_MS, default 300; a script's gap_ms wins)")
+    agg.add_argument("--datadir", help="faust state folder (VF_AGGREGATOR_DATADIR, "
+                     "default .vf/aggregator)")
+    agg.add_argument("--log-format", choices=["json", "text"], default="json")
+    agg.set_defaults(func=cmd_aggregator)
+
+    job = sub.add_parser("job", help="video-factory jobs: a script in, ordered clips out")
+    jsub = job.add_subparsers(dest="action", required=True)
+    jrun = common(jsub.add_parser("run", help="produce one request per script line",
+                                  description="SCRIPT is YAML or JSON: job_id and lines, each "
+                                  "with voice, text and optional instruct, language, format "
+                                  "(docs/jobs.md)."))
+    jrun.add_argument("script")
+    jrun.add_argument("--wait", action="store_true",
+                      help="follow the results with a progress bar; exit 0 only when every "
+                           "line succeeded")
+    jrun.add_argument("--concat", action="store_true",
+                      help="the aggregator also writes the whole job as one track")
+    jrun.add_argument("--timeout", type=float, default=600.0,
+                      help="with --wait, give up after this many seconds (default 600)")
+    jrun.add_argument("--job-timeout", type=float, default=15.0,
+                      help="with --wait, seconds to wait for the job event after the last "
+                           "result (default 15; 0 skips)")
+    jrun.set_defaults(func=cmd_job)
+
+    results = sub.add_parser("results", help="follow tts.results")
+    rsub = results.add_subparsers(dest="action", required=True)
+    tail = common(rsub.add_parser("tail", help="print one line per result as they arrive"))
+    tail.add_argument("--from-beginning", action="store_true")
+    tail.add_argument("--limit", type=int, help="stop after this many results")
+    results.set_defaults(func=cmd_results)
     return parser
 
 

@@ -112,3 +112,14 @@ async def publish_voice(settings: Settings, event: VoiceRegistration) -> None:
                                      key=event.voice_id.encode())
     finally:
         await producer.stop()
+
+
+async def publish_voice_tombstone(settings: Settings, voice_id: str) -> None:
+    """A null value for the voice's key: compaction then forgets the voice on `tts.voices`."""
+    producer = make_producer(settings)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic_names(settings.topic_prefix).voices, None,
+                                     key=voice_id.encode())
+    finally:
+        await producer.stop()

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from consumers.metrics import WorkerMetrics
 from pipeline.engines import Synthesizer, create_engine
+from pipeline.profiles import ProfileCache
+from pipeline.speaker import SpeakerEncoder
 from pipeline.storage import ObjectStore
 from pipeline.synthesis import RequestProcessor
 from pipeline.voices import ProfileResolver
@@ -32,10 +34,19 @@ def build_runtime(settings: Settings) -> Runtime:
     engine = create_engine(settings.engine, settings)
     engine.load()
     metrics = WorkerMetrics()
-    profiles = ProfileResolver(store=store, engine=engine, on_lookup=metrics.on_profile)
+    encoder = SpeakerEncoder(device="cuda" if settings.device.startswith("cuda") else "cpu")
+    encoder.load()  # at start-up, so the first request of a voice does not pay for it
+    cache = ProfileCache(max_entries=settings.profile_cache_entries,
+                         max_bytes=settings.profile_cache_mb * 2**20)
+    profiles = ProfileResolver(store=store, engine=engine, cache=cache, encoder=encoder,
+                               voice_ttl_seconds=settings.voice_ttl_seconds,
+                               on_lookup=metrics.on_profile)
     processor = RequestProcessor(engine=engine, store=store, profiles=profiles,
                                  worker=settings.instance_id,
                                  presign_seconds=settings.presign_seconds,
+                                 loudness_lufs=settings.loudness_lufs,
+                                 quality_encoder=encoder if settings.quality_checks == "on"
+                                 else None,
                                  on_oom_split=metrics.on_oom_retry)
     return Runtime(settings=settings, store=store, engine=engine, processor=processor,
                    metrics=metrics)

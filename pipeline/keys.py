@@ -24,3 +24,30 @@ def voice_reference_key(voice_id: str, ext: str) -> str:
 
 def voice_json_key(voice_id: str) -> str:
     return voice_prefix(voice_id) + "voice.json"
+
+
+def profile_key(voice_id: str, sha256: str, engine: str) -> str:
+    check_id("engine", engine, VOICE_ID_MAX)
+    return voice_prefix(voice_id) + f"profile-{sha256[:16]}-{engine}.safetensors"
+
+
+def job_prefix(job_id: str) -> str:
+    check_id("job_id", job_id, REQUEST_ID_MAX)
+    return f"jobs/{job_id}/"
+
+
+def job_script_key(job_id: str) -> str:
+    """The job's manifest, written by `job run`: each line's text for the subtitles."""
+    return job_prefix(job_id) + "script.json"
+
+
+def job_json_key(job_id: str) -> str:
+    return job_prefix(job_id) + "job.json"
+
+
+def job_subtitles_key(job_id: str) -> str:
+    return job_prefix(job_id) + "subtitles.srt"
+
+
+def job_track_key(job_id: str, fmt: str) -> str:
+    return job_prefix(job_id) + f"track.{fmt}"

@@ -95,6 +95,13 @@ class ObjectStore:
         except (S3Error, ValueError) as exc:
             raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"presign {key}: {exc}") from exc
 
+    def delete(self, key: str) -> None:
+        """Remove one object; a missing object is not an error (S3 semantics)."""
+        try:
+            self._client.remove_object(self.bucket, key)
+        except (S3Error, urllib3.exceptions.HTTPError, OSError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"delete {key}: {exc}") from exc
+
     def list_prefix(self, prefix: str) -> list[str]:
         try:
             return [o.object_name for o in self._client.list_objects(

@@ -1,10 +1,13 @@
 """Requests of one voice, start to finish, without Kafka: the stages a worker runs.
 
 process_batch(items of one voice):
-  per item: deadline passed? -> `expired`; object already stored? -> answer from it
-  profile once for the voice -> one engine call for the rest (out of memory: split the batch
-  in halves, down to single items; another engine error on a batch: retry one by one so a
-  poison item fails alone) -> per item: resample + encode -> put object -> presign -> result.
+  per item: deadline passed? -> `expired`; object already stored? -> answer from it;
+  text front-end (normalise, split into sentences, parse the instruction; bad annotations
+  -> `rejected`)
+  profile once for the voice -> one engine call for every sentence of the rest (out of
+  memory: split the batch in halves, down to single requests; another engine error on a
+  batch: retry one by one so a poison item fails alone) -> per item: stitch its sentences ->
+  resample -> loudness-normalise -> quality signals -> encode -> put object -> presign.
 Every item ends as a `SynthesisResult` or, for a transient failure, a retryable
 `VoiceFactoryError` that the caller's retry policy handles.
 """
@@ -18,7 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pipeline import keys
-from pipeline.encode import CONTENT_TYPES, encode, resample, target_rate
+from pipeline.audio import Audio
+from pipeline.encode import CONTENT_TYPES, encode, normalize_loudness, resample, target_rate
 from pipeline.engines.base import (
     EngineOutOfMemory,
     Profile,
@@ -26,10 +30,14 @@ from pipeline.engines.base import (
     Synthesized,
     Synthesizer,
 )
+from pipeline.frontend import PreparedText, prepare
+from pipeline.quality import assess
+from pipeline.speaker import SpeakerEncoder
+from pipeline.stitch import stitch
 from pipeline.storage import ObjectStore
 from pipeline.voices import ProfileResolver
 from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
-from topics.events import AudioRef, ErrorInfo, SynthesisRequest, SynthesisResult
+from topics.events import AudioRef, ErrorInfo, Quality, SynthesisRequest, SynthesisResult
 from topics.validation import parse_deadline
 
 Outcome = SynthesisResult | VoiceFactoryError
@@ -56,13 +64,18 @@ class _Pending:
     key: str
     started: float
     timings: dict[str, float] = field(default_factory=dict)
+    prepared: PreparedText | None = None
 
 
 class RequestProcessor:
     def __init__(self, *, engine: Synthesizer, store: ObjectStore, profiles: ProfileResolver,
-                 worker: str, presign_seconds: int,
+                 worker: str, presign_seconds: int, loudness_lufs: float = -16.0,
+                 quality_encoder: SpeakerEncoder | None = None,
                  on_oom_split: Callable[[], None] | None = None) -> None:
         self._engine = engine
+        self._loudness = loudness_lufs
+        # Scoring synthetic audio (the bench engine) says nothing: engines opt out.
+        self._scorer = quality_encoder if engine.capabilities.speech else None
         self._on_oom_split = on_oom_split or (lambda: None)
         self._store = store
         self._profiles = profiles
@@ -100,8 +113,14 @@ class RequestProcessor:
                 continue
             if early is not None:
                 outcomes[index] = early
-            else:
-                todo.append(pending)
+                continue
+            try:
+                pending.prepared = prepare(request.text, language=request.language,
+                                           instruct=request.instruct)
+            except InvalidRequest as exc:
+                outcomes[index] = self._reject(pending, exc.code, exc.message)
+                continue
+            todo.append(pending)
         if todo:
             for pending, outcome in zip(todo, self._synthesize_all(todo), strict=True):
                 outcomes[pending.index] = outcome
@@ -125,7 +144,8 @@ class RequestProcessor:
     def _synthesize_all(self, todo: list[_Pending]) -> list[Outcome]:
         t0 = time.perf_counter()
         try:
-            profile = self._profiles.resolve(todo[0].request.voice_id)
+            first = todo[0].request
+            profile = self._profiles.resolve(first.voice_id, first.reference)
         except InvalidRequest as exc:
             return [self._reject(p, exc.code, exc.message) for p in todo]
         except VoiceFactoryError as exc:
@@ -138,8 +158,16 @@ class RequestProcessor:
         return self._run_engine(profile, todo)
 
     def _run_engine(self, profile: Profile, todo: list[_Pending]) -> list[Outcome]:
-        batch = [SynthesisItem(text=p.request.text, language=p.request.language,
-                               speed=p.request.speed, instruct=p.request.instruct) for p in todo]
+        batch: list[SynthesisItem] = []
+        spans: list[tuple[int, int]] = []
+        for p in todo:
+            assert p.prepared is not None
+            start = len(batch)
+            batch.extend(SynthesisItem(text=sentence, language=p.prepared.language,
+                                       speed=p.request.speed, instruct=p.request.instruct,
+                                       style=p.prepared.style)
+                         for sentence in p.prepared.sentences)
+            spans.append((start, len(batch)))
         t0 = time.perf_counter()
         try:
             outputs = self._engine.synthesize(profile, batch)
@@ -157,22 +185,28 @@ class RequestProcessor:
                 return [exc]
             return [self._reject(todo[0], exc.code, exc.message)]
         engine_s = time.perf_counter() - t0
+        if len(outputs) != len(batch):
+            return [VoiceFactoryError(ErrorCode.ENGINE_ERROR,
+                                      f"engine returned {len(outputs)} clips for "
+                                      f"{len(batch)} sentences") for _ in todo]
         audio_s = sum(o.audio.duration_s for o in outputs)
         rtf = round(engine_s / audio_s, 4) if audio_s else 0.0
-        return [self._store_one(p, out, _ms(engine_s), rtf)
-                for p, out in zip(todo, outputs, strict=True)]
+        return [self._store_one(p, outputs[a:b], profile, _ms(engine_s), rtf)
+                for p, (a, b) in zip(todo, spans, strict=True)]
 
-    def _store_one(self, p: _Pending, out: Synthesized, engine_ms: float,
-                   rtf: float) -> Outcome:
+    def _store_one(self, p: _Pending, pieces: list[Synthesized], profile: Profile,
+                   engine_ms: float, rtf: float) -> Outcome:
         request = p.request
         t0 = time.perf_counter()
-        rate = target_rate(request.format, request.sample_rate, out.audio.sample_rate)
-        audio = resample(out.audio, rate)
+        raw = stitch([piece.audio for piece in pieces])
+        rate = target_rate(request.format, request.sample_rate, raw.sample_rate)
+        audio, before, after = normalize_loudness(resample(raw, rate), self._loudness)
+        quality = self._quality(p, raw, audio, profile, before, after)
         data = encode(audio, request.format)
         t1 = time.perf_counter()
         meta = {"sha256": hashlib.sha256(data).hexdigest(),
                 "duration_s": f"{audio.duration_s:.3f}", "sample_rate": str(rate),
-                "language": out.language, "engine": self._engine.name}
+                "language": pieces[0].language, "engine": self._engine.name}
         try:
             self._store.put(p.key, data, CONTENT_TYPES[request.format], metadata=meta)
             ref = self._audio_ref(p.key, meta, len(data), request.format)
@@ -180,7 +214,17 @@ class RequestProcessor:
             return exc
         p.timings.update(synthesis=engine_ms, encode=_ms(t1 - t0),
                          upload=_ms(time.perf_counter() - t1))
-        return self._answer(p, "succeeded", audio=ref, rtf=rtf)
+        return self._answer(p, "succeeded", audio=ref, rtf=rtf, quality=quality)
+
+    def _quality(self, p: _Pending, raw: Audio, final: Audio, profile: Profile,
+                 before: float, after: float) -> Quality:
+        assert p.prepared is not None
+        return assess(raw, final, text=" ".join(p.prepared.sentences),
+                      reference_embedding=profile.tensors.get("speaker_embedding"),
+                      encoder=self._scorer, loudness_before=before, loudness_after=after,
+                      target_lufs=self._loudness,
+                      speaking_rate=profile.features.get("speaking_rate"),
+                      speed=p.request.speed * (p.prepared.style.speed or 1.0))
 
     def _audio_ref(self, key: str, meta: dict[str, str], size: int, fmt: str) -> AudioRef:
         return AudioRef(bucket=self._store.bucket, key=key,
@@ -193,7 +237,8 @@ class RequestProcessor:
         return self._answer(p, "rejected", error=ErrorInfo(code=code.value, message=message))
 
     def _answer(self, p: _Pending, status: str, *, audio: AudioRef | None = None,
-                error: ErrorInfo | None = None, rtf: float | None = None) -> SynthesisResult:
+                error: ErrorInfo | None = None, rtf: float | None = None,
+                quality: Quality | None = None) -> SynthesisResult:
         timings = dict(p.timings)
         timings["total"] = _ms(time.perf_counter() - p.started) + timings.get("queued", 0.0)
         request = p.request
@@ -201,7 +246,7 @@ class RequestProcessor:
             request_id=request.request_id, voice_id=request.voice_id, status=status,  # type: ignore[arg-type]
             completed_at=now_iso(), audio=audio, error=error, job=request.job,
             metadata=request.metadata, timings_ms=timings, rtf=rtf, engine=self._engine.name,
-            worker=self._worker, attempt=p.received.attempt)
+            worker=self._worker, attempt=p.received.attempt, quality=quality)
 
     def rejected(self, request_id: str, voice_id: str | None, code: ErrorCode, message: str, *,
                  request: SynthesisRequest | None = None, attempt: int = 1,

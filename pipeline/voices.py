@@ -1,26 +1,41 @@
-"""The voice registry in the object store, and the profile lookup the worker uses.
+"""The voice registry in the object store, and the tiered profile lookup the worker uses.
 
-register: validate reference -> put `voices/{id}/reference.{ext}` -> put `voice.json`
-(a `tts.voice.v1` event) -> the caller produces the same event to `tts.voices`.
-resolve: voice.json -> reference bytes -> engine profile, memoised per (voice, sha256).
+register: validate the reference -> put `voices/{id}/reference.{ext}` -> put `voice.json` (a
+`tts.voice.v1` event) -> the caller produces the same event to the compacted `tts.voices`.
+remove: delete every object under `voices/{id}/` -> the caller produces a tombstone.
+resolve(voice_id | ad-hoc reference):
+  voice.json (trusted for `voice_ttl_seconds`) -> (voice, sha256, engine)
+  -> RAM LRU ("hit") -> stored safetensors ("store") -> reference bytes, validated again,
+     measured (pipeline.speaker) and profiled by the engine ("miss"), then persisted.
+Concurrent resolves of one voice wait for a single computation (one key lock each).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import msgspec
 
 from pipeline import keys
-from pipeline.audio import decode
 from pipeline.engines.base import Profile, Synthesizer
+from pipeline.profiles import ProfileCache, ProfileFormatError, ProfileKey, from_safetensors
+from pipeline.profiles import to_safetensors as profile_bytes
 from pipeline.reference import check_reference
+from pipeline.speaker import SpeakerEncoder, measure
 from pipeline.storage import ObjectStore
 from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
 from topics.events import VoiceRegistration, encode
+from topics.validation import ADHOC_PREFIX
+
+__all__ = ["ADHOC_PREFIX", "ProfileResolver", "list_voices", "register_voice", "remove_voice"]
+
+log = logging.getLogger(__name__)
 
 _EXT = {b"RIFF": "wav", b"fLaC": "flac", b"OggS": "ogg", b"ID3": "mp3"}
 
@@ -31,6 +46,8 @@ def sniff_extension(data: bytes, fallback: str = "wav") -> str:
             return ext
     if data[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2"):
         return "mp3"
+    if data[4:8] == b"ftyp":
+        return "m4a"
     return fallback
 
 
@@ -42,6 +59,9 @@ def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
         raise VoiceFactoryError(ErrorCode.REFERENCE_INVALID, "; ".join(report.problems))
     ext = sniff_extension(reference)
     ref_key = keys.voice_reference_key(voice_id, ext)
+    for stale in store.list_prefix(keys.voice_prefix(voice_id)):
+        if stale != ref_key and stale.rsplit("/", 1)[-1].startswith("reference."):
+            store.delete(stale)  # a re-registration in another format: one reference only
     store.put(ref_key, reference, content_type=f"audio/{ext}")
     event = VoiceRegistration(
         voice_id=voice_id,
@@ -55,37 +75,186 @@ def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
     return event
 
 
+def remove_voice(store: ObjectStore, voice_id: str) -> int:
+    """Delete the voice's reference, voice.json and stored profiles; returns objects removed."""
+    prefix = keys.voice_prefix(voice_id)
+    found = store.list_prefix(prefix)
+    if keys.voice_json_key(voice_id) not in found:
+        raise InvalidRequest(ErrorCode.VOICE_NOT_FOUND, f"voice {voice_id!r} is not registered",
+                             voice_id=voice_id)
+    # voice.json last: a reader that still sees it also still finds the reference.
+    for key in sorted(found, key=lambda k: k.endswith("/voice.json")):
+        store.delete(key)
+    return len(found)
+
+
+def list_voices(store: ObjectStore) -> list[VoiceRegistration]:
+    voices = []
+    for key in store.list_prefix("voices/"):
+        if key.endswith("/voice.json"):
+            raw = store.get(key)
+            if raw is not None:
+                voices.append(msgspec.json.decode(raw, type=VoiceRegistration))
+    return sorted(voices, key=lambda v: v.voice_id)
+
+
+def parse_s3_url(url: str, default_bucket: str) -> tuple[str, str]:
+    """`s3://bucket/key` -> (bucket, key), with the key checked like any other ID path."""
+    if not url.startswith("s3://"):
+        raise InvalidRequest(ErrorCode.INVALID_REQUEST,
+                             f"reference must be an s3://bucket/key URL, got {url[:80]!r}")
+    bucket, _, key = url[5:].partition("/")
+    if not bucket or not key:
+        raise InvalidRequest(ErrorCode.INVALID_REQUEST,
+                             f"reference {url[:80]!r} needs both a bucket and a key")
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts) or any(ord(c) < 32 for c in key):
+        raise InvalidRequest(ErrorCode.INVALID_REQUEST,
+                             f"reference key {key[:80]!r} is path-like (empty, '.' or '..' parts)")
+    return bucket, key
+
+
+@dataclasses.dataclass(frozen=True)
+class _Voice:
+    voice_id: str
+    sha256: str
+    reference_key: str
+    prompt_text: str | None
+    read_at: float
+
+
 class ProfileResolver:
-    """Voice ID -> engine profile. A small in-process memo; the LRU tiers come later."""
+    """Voice ID (or an ad-hoc reference URL) -> engine profile, through the three tiers."""
 
     def __init__(self, *, store: ObjectStore, engine: Synthesizer,
-                 on_lookup: Callable[[str], None] | None = None) -> None:
+                 cache: ProfileCache | None = None, encoder: SpeakerEncoder | None = None,
+                 voice_ttl_seconds: float = 10.0,
+                 on_lookup: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._engine = engine
+        # `is None`, not `or`: an empty cache has len 0 and is falsy.
+        self.cache = cache if cache is not None else ProfileCache()
+        self.encoder = encoder if encoder is not None else SpeakerEncoder()
+        self._ttl = voice_ttl_seconds
         self._on_lookup = on_lookup or (lambda result: None)  # "hit" | "store" | "miss"
-        self._profiles: dict[tuple[str, str], Profile] = {}
+        self._clock = clock
+        self._voices: dict[str, _Voice] = {}
+        self._locks: dict[ProfileKey, threading.Lock] = {}
         self._lock = threading.Lock()
+        self.computed = 0  # profiles built from a reference, for tests and benchmarks
 
-    def resolve(self, voice_id: str) -> Profile:
-        raw = self._store.get(keys.voice_json_key(voice_id))
-        if raw is None:
-            raise InvalidRequest(ErrorCode.VOICE_NOT_FOUND,
-                                 f"voice {voice_id!r} is not registered "
-                                 f"(no {keys.voice_json_key(voice_id)})", voice_id=voice_id)
-        voice = msgspec.json.decode(raw, type=VoiceRegistration)
-        with self._lock:
-            cached = self._profiles.get((voice_id, voice.sha256))
+    def resolve(self, voice_id: str, reference: str | None = None) -> Profile:
+        voice = self._adhoc(voice_id, reference) if reference else self._registered(voice_id)
+        key = (voice.voice_id, voice.sha256, self._engine.name)
+        cached = self.cache.get(key)
         if cached is not None:
             self._on_lookup("hit")
             return cached
-        ref_key = voice.reference.split("/", 3)[-1]
+        with self._key_lock(key):
+            cached = self.cache.get(key)  # computed by the thread we waited for
+            if cached is not None:
+                self._on_lookup("hit")
+                return cached
+            profile = self._load_stored(key)
+            if profile is not None:
+                self._on_lookup("store")
+            else:
+                profile = self._compute(voice)
+                self._on_lookup("miss")
+            self.cache.put(key, profile)
+            return profile
+
+    def forget(self, voice_id: str) -> None:
+        """A voice was removed or re-registered: drop what this process knows of it."""
+        with self._lock:
+            self._voices.pop(voice_id, None)
+        self.cache.discard_voice(voice_id)
+
+    def _key_lock(self, key: ProfileKey) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def _registered(self, voice_id: str) -> _Voice:
+        with self._lock:
+            known = self._voices.get(voice_id)
+        if known is not None and self._clock() - known.read_at < self._ttl:
+            return known
+        json_key = keys.voice_json_key(voice_id)
+        raw = self._store.get(json_key)
+        if raw is None:
+            self.forget(voice_id)
+            raise InvalidRequest(ErrorCode.VOICE_NOT_FOUND,
+                                 f"voice {voice_id!r} is not registered (no {json_key})",
+                                 voice_id=voice_id)
+        event = msgspec.json.decode(raw, type=VoiceRegistration)
+        _, ref_key = parse_s3_url(event.reference, self._store.bucket)
+        voice = _Voice(voice_id, event.sha256, ref_key, event.prompt_text, self._clock())
+        with self._lock:
+            self._voices[voice_id] = voice
+        return voice
+
+    def _adhoc(self, voice_id: str, reference: str) -> _Voice:
+        bucket, ref_key = parse_s3_url(reference, self._store.bucket)
+        if bucket != self._store.bucket:
+            raise InvalidRequest(ErrorCode.INVALID_REQUEST,
+                                 f"reference bucket {bucket!r} is not this deployment's bucket "
+                                 f"{self._store.bucket!r}", voice_id=voice_id)
+        info = self._store.stat(ref_key)
+        if info is None:
+            raise InvalidRequest(ErrorCode.REFERENCE_INVALID,
+                                 f"reference {reference} does not exist", voice_id=voice_id)
+        # Keyed by the audio's sha256: the same clip under two URLs is profiled once.
+        sha = info.metadata.get("sha256") or self._sha_of(ref_key, reference)
+        return _Voice(voice_id, sha, ref_key, None, self._clock())
+
+    def _sha_of(self, ref_key: str, reference: str) -> str:
         data = self._store.get(ref_key)
         if data is None:
-            raise VoiceFactoryError(ErrorCode.REFERENCE_INVALID,
-                                    f"voice {voice_id!r}: reference {voice.reference} is missing")
-        profile = self._engine.profile(voice_id=voice_id, sha256=voice.sha256,
-                                       reference=decode(data), prompt_text=voice.prompt_text)
-        with self._lock:
-            self._profiles[(voice_id, voice.sha256)] = profile
-        self._on_lookup("miss")
+            raise InvalidRequest(ErrorCode.REFERENCE_INVALID, f"reference {reference} vanished")
+        return hashlib.sha256(data).hexdigest()
+
+    def _load_stored(self, key: ProfileKey) -> Profile | None:
+        voice_id, sha, engine = key
+        raw = self._store.get(keys.profile_key(voice_id, sha, engine))
+        if raw is None:
+            return None
+        try:
+            profile = from_safetensors(raw)
+        except ProfileFormatError as exc:
+            log.warning("stored profile of voice %s unusable, recomputing: %s", voice_id, exc)
+            return None
+        return profile if profile.sha256 == sha and profile.engine == engine else None
+
+    def _compute(self, voice: _Voice) -> Profile:
+        data = self._store.get(voice.reference_key)
+        if data is None:
+            raise InvalidRequest(ErrorCode.REFERENCE_INVALID,
+                                 f"voice {voice.voice_id!r}: reference {voice.reference_key} "
+                                 "is missing", voice_id=voice.voice_id)
+        report = check_reference(data)  # again in the worker: the store may hold anything
+        if not report.ok or report.audio is None:
+            raise InvalidRequest(ErrorCode.REFERENCE_INVALID,
+                                 f"voice {voice.voice_id!r}: " + "; ".join(report.problems),
+                                 voice_id=voice.voice_id)
+        measures = measure(report.audio, voice.prompt_text, self.encoder)
+        engine_profile = self._engine.profile(
+            voice_id=voice.voice_id, sha256=voice.sha256, reference=report.audio,
+            prompt_text=voice.prompt_text, measures=measures)
+        features = dict(engine_profile.features)
+        for name in ("median_f0_hz", "f0_range_semitones", "speaking_rate"):
+            value = getattr(measures, name)
+            if value is not None:
+                features.setdefault(name, float(value))
+        profile = dataclasses.replace(
+            engine_profile, features=features,
+            tensors={**engine_profile.tensors, "speaker_embedding": measures.embedding},
+            text={**engine_profile.text, **({"prompt_text": voice.prompt_text}
+                                            if voice.prompt_text else {})})
+        self.computed += 1
+        try:
+            self._store.put(keys.profile_key(*(voice.voice_id, voice.sha256, profile.engine)),
+                            profile_bytes(profile), content_type="application/octet-stream")
+        except VoiceFactoryError as exc:  # the profile still serves this process
+            log.warning("could not persist profile of voice %s: %s", voice.voice_id, exc)
         return profile

@@ -70,6 +70,16 @@ class Settings:
     group_id: str = "vf-synth"
     instance_id: str = field(default_factory=socket.gethostname)
     presign_seconds: int = 7 * 24 * 3600
+    job_gap_ms: int = 300  # silence between clips on a job's timeline (scripts may override)
+    job_timeout_seconds: int = 600  # a job with no new result for this long closes as partial
+    aggregator_port: int = 9109  # /healthz, /readyz of the aggregator; -1 disables
+    aggregator_datadir: str = ".vf/aggregator"
+    aggregator_replication_factor: int = 1  # of its changelog topic; 3 in production
+    profile_cache_entries: int = 256  # per worker; sized in docs/benchmarks.md (cache locality)
+    profile_cache_mb: int = 512
+    voice_ttl_seconds: int = 10  # how long a worker trusts a voice.json it read
+    loudness_lufs: float = -16.0  # integrated loudness every output is normalised to
+    quality_checks: str = "on"  # on|off: speaker similarity + warnings on each result
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -93,6 +103,11 @@ def _coerce(name: str, annotation: object, raw: str) -> object:
             return int(raw)
         except ValueError:
             raise ValueError(f"VF_{name.upper()} must be an integer, got {raw!r}") from None
+    if kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"VF_{name.upper()} must be a number, got {raw!r}") from None
     if kind == "Secret":
         return Secret(raw)
     return raw

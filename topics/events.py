@@ -20,6 +20,7 @@ DLQ_SCHEMA = "tts.dlq.v1"
 Mode = Literal["zero_shot", "cross_lingual", "instruct", "sft"]
 AudioFormat = Literal["wav", "flac", "mp3", "opus"]
 Status = Literal["succeeded", "failed", "rejected", "expired"]
+JobStatus = Literal["succeeded", "partial", "failed"]
 
 
 class _Event(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -45,6 +46,7 @@ class SynthesisRequest(_Event, tag_field="schema", tag=REQUEST_SCHEMA):
     deadline: str | None = None
     job: JobRef | None = None
     metadata: dict[str, Any] | None = None
+    reference: str | None = None  # ad-hoc voice: s3://bucket/key of a clip instead of a voice
 
 
 class VoiceRegistration(_Event, tag_field="schema", tag=VOICE_SCHEMA):
@@ -73,6 +75,15 @@ class ErrorInfo(_Event):
     retryable: bool = False
 
 
+class Quality(_Event):
+    """Signals about one output: cosine similarity of its speaker embedding with the
+    reference's (GE2E, -1..1; None where not measured) and named warnings."""
+
+    speaker_similarity: float | None = None
+    loudness_lufs: float | None = None
+    warnings: list[str] = msgspec.field(default_factory=list)
+
+
 class SynthesisResult(_Event, tag_field="schema", tag=RESULT_SCHEMA):
     request_id: str
     voice_id: str
@@ -87,10 +98,49 @@ class SynthesisResult(_Event, tag_field="schema", tag=RESULT_SCHEMA):
     engine: str | None = None
     worker: str | None = None
     attempt: int = 1
+    quality: Quality | None = None
 
     def result_key(self) -> bytes:
         """Results are keyed by job ID when part of a job, else by request ID."""
         return (self.job.id if self.job else self.request_id).encode()
+
+
+class JobClip(_Event):
+    """One line of a job as the aggregator saw its result; `text` is the script's line."""
+
+    index: int
+    request_id: str
+    voice_id: str
+    text: str
+    status: Status
+    duration_s: float = 0.0
+    audio: AudioRef | None = None
+    error: ErrorInfo | None = None
+
+
+class ClipSpan(_Event):
+    index: int
+    start_s: float
+    end_s: float
+
+
+class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
+    """One finished job on tts.jobs: every answered line in index order and its timeline.
+
+    `missing` lists the indices that never answered (the job closed on its timeout);
+    `track` is the whole job as one audio object when the script asked for it (concat).
+    """
+
+    job_id: str
+    status: JobStatus
+    total: int
+    clips: list[JobClip]
+    timeline: list[ClipSpan]
+    completed_at: str
+    duration_s: float = 0.0
+    subtitles: str | None = None
+    missing: list[int] = msgspec.field(default_factory=list)
+    track: AudioRef | None = None
 
 
 class DeadLetter(_Event, tag_field="schema", tag=DLQ_SCHEMA):
@@ -117,3 +167,7 @@ def decode_result(raw: bytes) -> SynthesisResult:
 
 def decode_voice(raw: bytes) -> VoiceRegistration:
     return msgspec.json.decode(raw, type=VoiceRegistration)
+
+
+def decode_job(raw: bytes) -> JobCompleted:
+    return msgspec.json.decode(raw, type=JobCompleted)

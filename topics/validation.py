@@ -8,6 +8,7 @@ voice IDs so that the worker can answer with a `rejected` result.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -41,6 +42,9 @@ def check_id(field: str, value: str, limit: int) -> str:
     return value
 
 
+ADHOC_PREFIX = "adhoc-"
+
+
 def decode_request(raw: bytes | None) -> SynthesisRequest:
     if raw is None:
         raise UndecodableMessage("message has no value (tombstone)")
@@ -51,6 +55,11 @@ def decode_request(raw: bytes | None) -> SynthesisRequest:
     if not isinstance(obj, dict):
         raise UndecodableMessage(f"expected a JSON object, got {type(obj).__name__}")
     request_id = _readable_id(obj, "request_id", REQUEST_ID_MAX)
+    if "voice_id" not in obj and isinstance(obj.get("reference"), str):
+        # An ad-hoc voice is named after its reference URL; the profile itself is keyed by
+        # the clip's sha256, so one clip under two URLs is still profiled once.
+        digest = hashlib.sha256(obj["reference"].encode()).hexdigest()[:16]
+        obj["voice_id"] = ADHOC_PREFIX + digest
     voice_id = _readable_id(obj, "voice_id", VOICE_ID_MAX)
 
     def reject(code: ErrorCode, message: str) -> InvalidRequest:
@@ -82,6 +91,7 @@ def _readable_id(obj: dict[str, Any], field: str, limit: int) -> str | None:
 
 
 SAMPLE_RATES = (16000, 22050, 24000, 44100, 48000)
+OPUS_RATES = (16000, 24000, 48000)  # of SAMPLE_RATES, those the Opus codec runs at
 
 
 def _check_rules(request: SynthesisRequest,
@@ -119,6 +129,10 @@ def _field_problem(request: SynthesisRequest) -> str | None:
     if request.sample_rate is not None and request.sample_rate not in SAMPLE_RATES:
         allowed = ", ".join(map(str, SAMPLE_RATES))
         return f"sample_rate {request.sample_rate} is not one of {allowed}"
+    if (request.format == "opus" and request.sample_rate is not None
+            and request.sample_rate not in OPUS_RATES):
+        allowed = ", ".join(map(str, OPUS_RATES))
+        return f"opus runs at {allowed} Hz only, not sample_rate {request.sample_rate}"
     if request.metadata is not None:
         size = len(orjson.dumps(request.metadata))
         if size > MAX_METADATA_BYTES:

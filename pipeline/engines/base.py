@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from pipeline.audio import Audio
 from topics.errors import ErrorCode, VoiceFactoryError
 
@@ -32,24 +34,74 @@ class Capabilities:
     batching: bool
     streaming: bool
     cloning: str  # what of the reference the engine reproduces, in words
+    speech: bool = True  # real speech, worth a speaker-similarity score (bench: False)
+
+
+@dataclass(frozen=True)
+class VoiceMeasures:
+    """Engine-independent measurements of a reference (pipeline.speaker computes them).
+
+    `embedding` is the GE2E speaker embedding (256 floats, unit norm); pitch and rate are
+    None where the reference gives no reliable estimate (unvoiced, no transcript).
+    """
+
+    embedding: np.ndarray
+    median_f0_hz: float | None = None
+    f0_range_semitones: float | None = None  # 10th..90th percentile of voiced frames
+    speaking_rate: float | None = None  # syllables per second of speech
 
 
 @dataclass(frozen=True)
 class Profile:
-    """What an engine keeps of a reference: features plus the reference's hash."""
+    """What an engine keeps of a reference, persisted as one safetensors file.
+
+    `features` are scalars (median_f0_hz, espeak_pitch, ...), `tensors` are arrays
+    (speaker embedding, prompt speech tokens, prompt mel), `text` holds strings
+    (prompt_text). Everything must survive a safetensors round trip.
+    """
 
     voice_id: str
     sha256: str
     engine: str
     features: dict[str, float] = field(default_factory=dict)
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    text: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate resident size, for the LRU's byte bound."""
+        return (sum(a.nbytes for a in self.tensors.values()) + 64 * len(self.features)
+                + sum(len(v.encode()) for v in self.text.values()) + 256)
+
+
+@dataclass(frozen=True)
+class StyleHints:
+    """What the text front-end understood of an instruction (pipeline.frontend).
+
+    Structured cues engines can act on; `free_text` is the instruction as given, for
+    engines that take natural language (CosyVoice instruct2).
+    """
+
+    dialect: str | None = None  # e.g. "sichuan", "cantonese", "shanghai"
+    emotion: str | None = None  # e.g. "sad", "happy", "angry", "calm"
+    persona: str | None = None  # e.g. "news_anchor", "storyteller", "child"
+    speed: float | None = None  # multiplier the instruction asks for ("说慢一点" -> 0.8)
+    free_text: str | None = None
 
 
 @dataclass(frozen=True)
 class SynthesisItem:
+    """One piece of text for the engine: a sentence (or a short request) after the front-end.
+
+    `text` is normalised (numbers, dates read out) and may still carry `[h][ào]` pinyin or
+    `[AH0]` phoneme annotations, already validated, for the engine to honour.
+    """
+
     text: str
     language: str | None
     speed: float
     instruct: str | None = None
+    style: StyleHints = field(default_factory=StyleHints)
 
 
 @dataclass(frozen=True)
@@ -67,6 +119,6 @@ class Synthesizer(Protocol):
     def load(self) -> None: ...
 
     def profile(self, *, voice_id: str, sha256: str, reference: Audio,
-                prompt_text: str | None) -> Profile: ...
+                prompt_text: str | None, measures: VoiceMeasures) -> Profile: ...
 
     def synthesize(self, profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]: ...

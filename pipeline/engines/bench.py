@@ -33,6 +33,7 @@ from pipeline.engines.base import (
     Profile,
     SynthesisItem,
     Synthesized,
+    VoiceMeasures,
 )
 from pipeline.text import guess_language
 from topics.errors import ErrorCode, VoiceFactoryError
@@ -98,13 +99,14 @@ class BenchEngine:
         return Capabilities(languages=("*",),
                             modes=("zero_shot", "cross_lingual", "instruct", "sft"),
                             batching=True, streaming=False,
-                            cloning="none: synthetic audio at a pitch derived from the voice")
+                            cloning="none: synthetic audio at a pitch derived from the voice",
+                            speech=False)
 
     def load(self) -> None:
         """Nothing to load: the bench engine needs no weights and no device."""
 
     def profile(self, *, voice_id: str, sha256: str, reference: Audio,
-                prompt_text: str | None) -> Profile:
+                prompt_text: str | None, measures: VoiceMeasures) -> Profile:
         # A pitch from the reference's hash, not its analysis: cheap and stable per voice.
         seed = _seed(voice_id, sha256)
         return Profile(voice_id=voice_id, sha256=sha256, engine=self.name,

@@ -27,9 +27,10 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_voices_check_names_the_broken_rule_and_exits_1(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert voicefactory.main(["voices", "check", str(_tone(tmp_path / "short.wav", 1.0))]) == 1
-    out = capsys.readouterr().out
-    assert "FAIL  reference too short: 1.0 s of speech, need >= 3.0 s" in out
-    assert "verdict       rejected" in out
+    captured = capsys.readouterr()
+    assert "speech duration  FAIL  1.00 s after trimming silence" in captured.out
+    assert "verdict: rejected" in captured.out
+    assert "FAIL: reference too short: 1.0 s of speech, need >= 3.0 s" in captured.err
     assert voicefactory.main(["voices", "check", str(_tone(tmp_path / "ok.wav", 4.0))]) == 0
 
 

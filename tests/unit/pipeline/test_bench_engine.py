@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.audio import Audio, speech_seconds
 from pipeline.engines import create_engine
-from pipeline.engines.base import EngineOutOfMemory, Profile, SynthesisItem
+from pipeline.engines.base import EngineOutOfMemory, Profile, SynthesisItem, VoiceMeasures
 from pipeline.engines.bench import BenchEngine
 from pipeline.engines.espeak import median_f0
 from topics.errors import ErrorCode, VoiceFactoryError
@@ -20,7 +20,7 @@ REFERENCE = Audio(np.zeros(2400, np.float32), 24000)
 
 def profile(engine: BenchEngine, voice_id: str = "alice") -> Profile:
     return engine.profile(voice_id=voice_id, sha256="ab" * 32, reference=REFERENCE,
-                          prompt_text=None)
+                          prompt_text=None, measures=VoiceMeasures(np.zeros(256, np.float32)))
 
 
 def item(text: str = "x" * 50, speed: float = 1.0) -> SynthesisItem:

@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from pipeline.audio import Audio
-from pipeline.engines.base import Capabilities, Profile, SynthesisItem, Synthesized
+from pipeline.engines.base import (
+    Capabilities,
+    Profile,
+    SynthesisItem,
+    Synthesized,
+    VoiceMeasures,
+)
 from pipeline.storage import ObjectInfo
 from pipeline.synthesis import Received, RequestProcessor
 from pipeline.voices import ProfileResolver
@@ -26,7 +32,7 @@ class CountingEngine:
         pass
 
     def profile(self, *, voice_id: str, sha256: str, reference: Audio,
-                prompt_text: str | None) -> Profile:
+                prompt_text: str | None, measures: VoiceMeasures) -> Profile:
         return Profile(voice_id, sha256, self.name)
 
     def synthesize(self, profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]:
@@ -60,7 +66,7 @@ class FixedProfiles(ProfileResolver):
     def __init__(self, known: set[str]) -> None:
         self._known = known
 
-    def resolve(self, voice_id: str) -> Profile:
+    def resolve(self, voice_id: str, reference: str | None = None) -> Profile:
         if voice_id not in self._known:
             raise InvalidRequest(ErrorCode.VOICE_NOT_FOUND, f"voice {voice_id!r} is not registered")
         return Profile(voice_id, "0", "counting")
