@@ -91,11 +91,11 @@ def voice(settings: Settings, tmp_path: object) -> str:
     """A registered voice whose reference is a 4-5 s espeak-ng recording."""
     from pathlib import Path
 
-    from consumers.demo import make_reference
+    from consumers.demo import REFERENCE_TEXT, make_reference
     from consumers.runtime import make_store
     from pipeline.voices import register_voice
 
     reference = make_reference(Path(str(tmp_path)) / "reference.wav")
     register_voice(make_store(settings), voice_id="narrator-1", reference=reference,
-                   prompt_text="reference", language="en")
+                   prompt_text=REFERENCE_TEXT, language="en")
     return "narrator-1"
