@@ -19,7 +19,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -30,10 +30,8 @@ from topics.events import (
     REQUEST_SCHEMA,
     RESULT_SCHEMA,
     VOICE_SCHEMA,
-    AudioRef,
     DeadLetter,
-    ErrorInfo,
-    Status,
+    JobCompleted,
     SynthesisRequest,
     SynthesisResult,
     VoiceRegistration,
@@ -54,41 +52,6 @@ SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 ID_PATTERN = r"^(?!\.$)(?!.*\.\.)(?!.*\n)[A-Za-z0-9._:-]+$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 S3_URI_PATTERN = r"^s3://[^/\s]+/\S+$"
-
-
-# The job event (DESIGN.md "Job (tts.job.v1)") has no struct in topics/events.py yet; these
-# provisional structs give it a schema and belong in events.py once the aggregator lands.
-class _Draft(msgspec.Struct, omit_defaults=True, kw_only=True):
-    pass
-
-
-class JobClip(_Draft):
-    index: int
-    request_id: str
-    voice_id: str
-    text: str
-    status: Status
-    duration_s: float = 0.0
-    audio: AudioRef | None = None
-    error: ErrorInfo | None = None
-
-
-class ClipSpan(_Draft):
-    index: int
-    start_s: float
-    end_s: float
-
-
-class JobCompleted(_Draft):
-    job_id: str
-    status: Literal["succeeded", "partial", "failed"]
-    total: int
-    clips: list[JobClip]
-    timeline: list[ClipSpan]
-    completed_at: str
-    schema: str = JOB_SCHEMA
-    duration_s: float = 0.0
-    subtitles: str | None = None
 
 
 EVENTS: dict[str, type[msgspec.Struct]] = {
@@ -183,7 +146,16 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
         "pattern": S3_URI_PATTERN, "description": "s3:// key of the job's .srt",
     },
     ("JobCompleted", "clips"): {"description": "in index order"},
-    ("JobCompleted", "timeline"): {"description": "clips laid end to end, in index order"},
+    ("JobCompleted", "timeline"): {
+        "description": "answered clips with audio laid end to end with the job's gap, in index "
+                       "order; the subtitles' cue times",
+    },
+    ("JobCompleted", "missing"): {
+        "description": "indices never answered before the job's timeout (status partial)",
+    },
+    ("JobCompleted", "track"): {
+        "description": "the whole job as one audio object (scripts with concat)",
+    },
     ("JobClip", "index"): {"minimum": 0},
     ("ClipSpan", "index"): {"minimum": 0},
     ("ClipSpan", "start_s"): {"minimum": 0},

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from topics.errors import RETRYABLE_CODES, ErrorCode
 from topics.events import (
     DeadLetter,
+    JobCompleted,
     SynthesisRequest,
     decode_result,
     decode_voice,
@@ -27,7 +28,6 @@ from topics.jsonschema import (
     _CONSTRAINTS,
     EVENTS,
     SCHEMA_DIR,
-    JobCompleted,
     event_schema,
     render_schemas,
     write_schemas,
