@@ -64,21 +64,28 @@ async def run_demo(settings: Settings, out_dir: Path, out: TextIO = sys.stdout) 
         worker.stop()
         await worker_task
     failures = 0
-    print(f"\n{'lang':5} {'status':10} {'dur_s':>6}  object key -> local file", file=out)
+    print(f"\n{'lang':5} {'status':10} {'dur_s':>6} {'sim':>5}  object key -> local file",
+          file=out)
     for request, (lang, _text) in zip(requests, LINES, strict=True):
         result = results[request.request_id]
         if result.status != "succeeded" or result.audio is None:
             failures += 1
             code = result.error.code if result.error else "?"
-            print(f"{lang:5} {result.status:10} {'-':>6}  {code}", file=out)
+            print(f"{lang:5} {result.status:10} {'-':>6} {'-':>5}  {code}", file=out)
             continue
         data = runtime.store.get(result.audio.key) or b""
         local = out_dir / f"{lang}-{request.request_id}.wav"
         local.write_bytes(data)
         audible = speech_seconds(decode(data))
-        print(f"{lang:5} {result.status:10} {result.audio.duration_s:6.2f}  "
+        quality = result.quality
+        sim = quality.speaker_similarity if quality else None
+        warn = f"; warnings: {', '.join(quality.warnings)}" if quality and quality.warnings else ""
+        print(f"{lang:5} {result.status:10} {result.audio.duration_s:6.2f} "
+              f"{'-' if sim is None else f'{sim:.2f}':>5}  "
               f"s3://{result.audio.bucket}/{result.audio.key} -> {local} "
-              f"({audible:.1f} s audible)", file=out)
+              f"({audible:.1f} s audible{warn})", file=out)
+    print("sim: speaker similarity of output and reference (GE2E cosine; espeak-ng matches "
+          "pitch and pace, not timbre)", file=out)
     print(f"\ndemo finished in {time.monotonic() - started:.1f} s with the espeak engine "
           f"(CosyVoice weights are not bundled); audio in {out_dir}", file=out)
     return 1 if failures else 0
