@@ -63,7 +63,7 @@ _MONEY = re.compile(rf"(-)?([$€£¥￥])\s?({_NUM})(?:\s?(k|m|mn|b|bn|thousand
 _YUAN = re.compile(rf"({_NUM})\s?(?:元|块|RMB\b|CNY\b)")
 # A trailing "," or "." is punctuation, not part of the number, unless a digit follows it.
 _PHONE = re.compile(r"(?<!\w)(?<!\d[.,])(\+\d[\d ()-]{6,}\d|\(\d{2,4}\)\s?\d{3,4}[- ]\d{3,4}"
-                    r"|\d{2,4}(?:-\d{2,5}){2,}|\d{3}-\d{4}|0\d{2,}|\d{12,})(?!\w|[.,]\d)")
+                    r"|\d{2,4}(?:-\d{2,5}){2,}|\d{3}-\d{4}|0\d{2,}|\d{10,})(?!\w|[.,]\d)")
 _PERCENT_RANGE = re.compile(rf"({_NUM})\s?%?\s?[-–~]\s?({_NUM})\s?%")
 _PERCENT = re.compile(rf"(-)?({_NUM})\s?[%％]")
 _RANGE = re.compile(rf"(?<![\w.,-])({_NUM})\s?[-–~]\s?(?=({_NUM}))")

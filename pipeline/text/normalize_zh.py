@@ -37,7 +37,7 @@ _YEAR = re.compile(r"(?<!\d)(\d{2,4})(?=年)")
 _TIME = re.compile(r"(?<![\d:])(\d{1,2}):(\d{2})(?::(\d{2}))?(?![\d:])")
 _MONEY = re.compile(rf"(-)?({_CURRENCY_RE})\s?({_NUM})")
 _PHONE = re.compile(r"(?<!\d)(?<!\d[.,])(\+\d[\d -]{6,}\d|1[3-9]\d{9}|0\d{2,3}-\d{7,8}"
-                    r"|\d{3,4}-\d{3,4}-\d{4}|400-?\d{3}-?\d{4}|0\d{2,}|\d{12,})(?!\d|[.,]\d)")
+                    r"|\d{3,4}-\d{3,4}-\d{4}|400-?\d{3}-?\d{4}|\d{3}-\d{4}|0\d{2,}|\d{12,})(?!\d|[.,]\d)")
 _PERCENT_RANGE = re.compile(rf"({_NUM})\s?[%％]?\s?[-–~～]\s?({_NUM})\s?[%％]")
 _PERCENT = re.compile(rf"(-)?({_NUM})\s?[%％]")
 _RANGE = re.compile(rf"(?<![\d.,-])({_NUM})\s?[-–~～]\s?(?=-?({_NUM}))")
