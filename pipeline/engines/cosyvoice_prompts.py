@@ -13,10 +13,11 @@ instruction; CosyVoice 2 expects only the instruction to end with `<|endofprompt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.engines.base import SynthesisItem
 from pipeline.text import detect, normalise_tag
+from pipeline.text.annotations import inpainting_form
 from topics.errors import ErrorCode, VoiceFactoryError
 
 END_OF_PROMPT = "<|endofprompt|>"
@@ -98,6 +99,7 @@ def derived_instruction(item: SynthesisItem, language: str, voice_language: str,
 
 def plan_call(item: SynthesisItem, *, voice_language: str, has_transcript: bool,
               generation: int) -> Call:
+    item = replace(item, text=inpainting_form(item.text))
     language = normalise_language(item.language or detect(item.text), generation)
     same_language = bool(voice_language) and language == voice_language
     instruction = (item.instruct or item.style.free_text

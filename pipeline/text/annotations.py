@@ -290,3 +290,25 @@ def segments(text: str) -> Segments:
         pos = a.end
     plain.append(text[pos:])
     return Segments("".join(plain), pinyin, phonemes)
+
+
+def inpainting_form(text: str) -> str:
+    """Our annotations rewritten the way CosyVoice 3 reads them: in place of what they read.
+
+    Ours follow the character or word (`给[j][ǐ]`, `read[R][EH1][D]`) so the text stays
+    readable and other engines can fall back to it; CosyVoice's pronunciation inpainting
+    wants the markup instead of the character (`[j][ǐ]`) or word (`[R][EH1][D]`).
+    """
+    out: list[str] = []
+    pos = 0
+    for a in find(text):
+        if isinstance(a, PinyinAnnotation):
+            out.append(text[pos:a.char_index])
+        elif isinstance(a, PhonemeAnnotation) and a.word_start is not None:
+            out.append(text[pos:a.word_start])
+        else:
+            out.append(text[pos:a.start])
+        out.append(text[a.start:a.end])
+        pos = a.end
+    out.append(text[pos:])
+    return "".join(out)

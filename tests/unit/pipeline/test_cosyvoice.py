@@ -695,3 +695,12 @@ def test_plan_call_modes() -> None:
     with pytest.raises(InvalidRequest, match="is not a BCP-47 tag"):
         plan_call(SynthesisItem("hi", "!!", 1.0), voice_language="en", has_transcript=True,
                   generation=3)
+
+
+def test_annotations_reach_cosyvoice_in_its_inpainting_form() -> None:
+    from pipeline.engines.base import SynthesisItem
+    from pipeline.engines.cosyvoice_prompts import plan_call
+
+    item = SynthesisItem("对报道给[j][ǐ]予好评，I read[R][EH1][D] it.", "zh", 1.0)
+    call = plan_call(item, voice_language="zh", has_transcript=True, generation=3)
+    assert call.text == "对报道[j][ǐ]予好评，I [R][EH1][D] it."

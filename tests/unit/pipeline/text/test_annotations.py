@@ -82,3 +82,12 @@ def test_segments_give_plain_text_and_overrides() -> None:
     assert seg.plain == "你好，read. ok"
     assert seg.pinyin == {1: "hao4"}
     assert seg.phonemes == [(3, 7, ("R", "EH1", "D"))]
+
+
+def test_inpainting_form_puts_the_markup_in_place_of_what_it_reads() -> None:
+    from pipeline.text.annotations import inpainting_form
+
+    assert inpainting_form("好[h][ào]的") == "[h][ào]的"
+    assert inpainting_form("I read[R][EH1][D] it") == "I [R][EH1][D] it"
+    assert inpainting_form("say [HH][AH0][L][OW1] [breath] now [1]") == \
+        "say [HH][AH0][L][OW1] [breath] now [1]"
