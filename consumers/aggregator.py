@@ -103,6 +103,10 @@ class JobAggregator:
             processing_guarantee="at_least_once",
             broker_commit_every=100,
             broker_commit_interval=1.0,
+            # Static membership: a restarted aggregator (same VF_INSTANCE_ID) takes its
+            # partitions straight back instead of waiting out the dead member's session.
+            consumer_group_instance_id=f"{settings.instance_id}-aggregator",
+            broker_session_timeout=settings.session_timeout_ms / 1000,
             web_enabled=web,
             web_bind=settings.metrics_host,
             web_port=settings.aggregator_port if web else 6066,  # unused when disabled
