@@ -210,6 +210,7 @@ class JobAggregator:
         log.info("aggregating %s partitions %s", self._results_topic, mine)
 
     async def _on_shutdown(self, app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
+        log.info("stopping: %d job events produced by this process", self.emitted)
         async with self._lock:
             if self._emitter is not None:
                 await self._emitter.stop()

@@ -306,6 +306,8 @@ async def run_job(settings: Settings, script: Script, *, wait: bool, timeout_s: 
         futures = [await producer.send(names.requests, encode(r), key=r.voice_id.encode())
                    for r in script.requests]
         await asyncio.gather(*futures)
+        print(f"job {script.job_id}: {len(script.requests)} requests produced to "
+              f"{names.requests}", file=stream, flush=True)
         if consumer is None:
             return None
         return await _follow(consumer, script, names.results, names.jobs, timeout_s,
@@ -361,11 +363,11 @@ def run_command(settings: Settings, script: Script, *, wait: bool, timeout_s: fl
     when every request was produced), 1 otherwise."""
     store = store_for(settings)
     put_manifest(store, script)
+    print(f"job {script.job_id}: script s3://{store.bucket}/{job_script_key(script.job_id)}",
+          file=err)
     outcome = asyncio.run(run_job(settings, script, wait=wait, timeout_s=timeout_s,
                                   job_timeout_s=job_timeout_s, stream=err))
     total = len(script.requests)
-    print(f"job {script.job_id}: {total} requests produced; script "
-          f"s3://{store.bucket}/{job_script_key(script.job_id)}", file=err)
     if outcome is None:
         return 0
     print(summary_table(script, outcome.results), file=out)
@@ -389,11 +391,11 @@ async def tail_results(settings: Settings, *, from_beginning: bool, out: TextIO,
     await consumer.start()
     count = 0
     try:
-        if topic not in await consumer.topics():  # also loads the partition metadata
+        if topic not in await consumer.topics():
             raise RuntimeError(f"topic {topic} does not exist; run `voicefactory topics "
                                "create`")
-        partitions = sorted(consumer.partitions_for_topic(topic) or ())
-        tps = [TopicPartition(topic, p) for p in partitions]
+        # The contract's count; `topics describe` reports a topic that drifted from it.
+        tps = [TopicPartition(topic, p) for p in range(RESULTS.partitions)]
         consumer.assign(tps)
         if from_beginning:
             await consumer.seek_to_beginning(*tps)
@@ -403,11 +405,12 @@ async def tail_results(settings: Settings, *, from_beginning: bool, out: TextIO,
         while limit is None or count < limit:
             if idle_s is not None and time.monotonic() - last > idle_s:
                 break
-            for records in (await consumer.getmany(timeout_ms=250)).values():
-                for rec in records:
-                    out.write(result_line(decode_result(rec.value or b"{}")) + "\n")
-                    count += 1
-                    last = time.monotonic()
+            records = [r for batch in (await consumer.getmany(timeout_ms=250)).values()
+                       for r in batch]
+            for rec in records[:None if limit is None else limit - count]:
+                out.write(result_line(decode_result(rec.value or b"{}")) + "\n")
+                count += 1
+                last = time.monotonic()
             out.flush()
     finally:
         await consumer.stop()

@@ -215,6 +215,16 @@ async def test_a_12_line_3_voice_job_becomes_exactly_one_event_with_subtitles_an
 
     await asyncio.sleep(3)  # a few timer ticks: nothing more may come out
     assert len(await _job_events(settings, "ep12")) == 1
+
+    # The example downstream consumer reads the event and prints the assembly plan.
+    plan = subprocess.run(
+        [sys.executable, str(REPO / "docs/examples/video-factory/plan.py"), "--from-beginning",
+         "--bootstrap", settings.kafka_bootstrap,
+         "--topic", topic_names(settings.topic_prefix).jobs, "--job", "ep12"],
+        capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = [line for line in plan.splitlines() if "s3://" in line and "audio/" in line]
+    assert len(rows) == 12 and LINES[-1][2] in rows[-1]
+    assert f"subtitles: {event.subtitles}" in plan and "track: s3://" in plan
     assert aggregator.stop() == 0, aggregator.tail()  # SIGTERM: clean exit
 
 

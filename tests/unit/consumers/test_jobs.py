@@ -170,3 +170,11 @@ def test_job_and_result_one_liners() -> None:
     assert result_line(_result(1, status="failed")) == (
         "2031-01-01T00:00:00Z failed    ep12-0001 voice=narrator job=ep12#1/3 "
         "voice_not_found: no voice 'kid'")
+
+
+def test_the_video_factory_example_script_is_a_valid_job() -> None:
+    example = Path(__file__).resolve().parents[3] / "docs/examples/video-factory/episode-12.yaml"
+    script = load_script(example)
+    assert script.manifest.concat and script.manifest.gap_ms == 350
+    assert {r.voice_id for r in script.requests} == {"narrator", "mei", "tom"}
+    assert {r.language for r in script.requests} == {"zh", "en"}
