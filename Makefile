@@ -7,7 +7,7 @@ export PATH := $(CURDIR)/$(BIN):/usr/local/go/bin:$(PATH)
 DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test unit integration lint down clean
+.PHONY: help setup demo test unit integration lint check-deploy down clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup  ## start the local stack, register a voice, synthesize zh/yue/en lines, print where the audio is
 	$(BIN)/voicefactory demo
 
-test: setup lint  ## lint, type-check, unit and integration tests (starts and stops the real stack)
+test: setup lint check-deploy  ## lint, type-check, deploy checks, unit and integration tests (starts and stops the real stack)
 	$(BIN)/pytest -q
 
 unit: setup  ## unit tests only (no servers)
@@ -46,6 +46,10 @@ integration: setup  ## integration tests only (real Kafka + S3)
 lint: setup  ## ruff and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+check-deploy: setup  ## install the deploy checkers (cached) and validate manifests, rules, dashboard, Dockerfiles, compose
+	$(BIN)/python -m deploy.tools.install
+	$(BIN)/python -m deploy.checks
 
 down:  ## stop the local stack started from this checkout
 	@test -x $(BIN)/voicefactory && $(BIN)/voicefactory dev down || true
