@@ -30,6 +30,7 @@ from topics.events import (
     Status,
     SynthesisResult,
 )
+from topics.validation import REQUEST_ID_MAX, check_id
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,11 @@ def merge(state: JobState | None, result: SynthesisResult, now: float) -> JobSta
     if job is None:
         return None
     ctx = {"request_id": result.request_id, "voice_id": result.voice_id}
+    try:
+        check_id("job.id", job.id, REQUEST_ID_MAX)  # it becomes part of object keys
+    except ValueError as exc:
+        log.warning("result with an unusable job ID ignored: %s", exc, extra=ctx)
+        return None
     if not 0 <= job.index < job.total:
         log.warning("job %s: result index %d outside 0..%d, ignored", job.id, job.index,
                     job.total - 1, extra=ctx)

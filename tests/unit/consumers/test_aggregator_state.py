@@ -81,6 +81,7 @@ def test_results_outside_a_job_or_its_range_change_nothing() -> None:
                             completed_at="t")
     assert merge(None, plain, 1.0) is None
     assert merge(None, result(3, total=3), 1.0) is None
+    assert merge(None, result(0, job="../etc"), 1.0) is None  # would escape jobs/{id}/
     state = fold([result(0, total=2)])
     assert merge(state, result(2, total=5), 1.0) is None  # disagrees on total, out of range
     grown = merge(state, result(1, total=5), 1.0)  # disagrees on total, but fits
