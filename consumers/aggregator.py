@@ -243,6 +243,7 @@ def run(settings: Settings, *, datadir: Path | None = None, loglevel: str = "inf
             logging.getLogger(name).setLevel(logging.WARNING)
     worker = faust.Worker(aggregator.app, loglevel=loglevel, quiet=True,
                           redirect_stdouts=False, override_logging=False)
+    worker.spinner = None  # its terminal escapes would break one-JSON-object-a-line logs
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
