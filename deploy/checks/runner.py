@@ -92,13 +92,13 @@ class Outcome:
         return not self.problems
 
 
-class ToolMissing(RuntimeError):
-    pass
+class CheckError(RuntimeError):
+    """A check that could not run at all: a tool not installed, an overlay that won't render."""
 
 
 def tool(binary: Path) -> str:
     if not binary.exists():
-        raise ToolMissing(f"{binary} is not installed: run `python -m deploy.tools.install`")
+        raise CheckError(f"{binary} is not installed: run `python -m deploy.tools.install`")
     return str(binary)
 
 
@@ -258,7 +258,7 @@ def _rendered(layout: Layout) -> dict[str, str]:
     if not layout.rendered:
         problems = check_kustomize(layout)
         if problems:
-            raise ToolMissing("; ".join(problems))
+            raise CheckError("; ".join(problems))
     return layout.rendered
 
 
@@ -269,7 +269,7 @@ def run_all(layout: Layout, only: list[str] | None = None) -> list[Outcome]:
             continue
         try:
             problems = check(layout)
-        except (ToolMissing, subprocess.TimeoutExpired, OSError, ValueError) as exc:
+        except (CheckError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
             problems = [str(exc)]
         outcomes.append(Outcome(name, problems))
     return outcomes

@@ -5,6 +5,8 @@ on the checkout and to fail on a copy broken on purpose."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -247,3 +249,20 @@ def test_a_missing_tool_is_a_failure_not_a_skip(checkout: Callable[[], runner.La
     monkeypatch.setenv("VF_CACHE_DIR", str(tmp_path / "empty-cache"))
     [outcome] = runner.run_all(layout, ["dockerfiles"])
     assert not outcome.ok and "python -m deploy.tools.install" in outcome.problems[0]
+
+
+def test_the_command_line_exit_codes(checkout: Callable[[], runner.Layout]) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "deploy.checks", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, check=False)
+
+    ok = run("kustomize", "policy", "metrics")
+    assert ok.returncode == 0, ok.stderr
+    assert "3 checks, 0 failed" in ok.stdout
+    layout = checkout()
+    edit(layout.k8s / "base" / "worker-scaledobject.yaml", "maxReplicaCount: 12",
+         "maxReplicaCount: 13")
+    bad = run("--root", str(layout.root), "kustomize", "policy")
+    assert bad.returncode == 1
+    assert "FAIL policy" in bad.stdout and "maxReplicaCount 13 exceeds" in bad.stderr
+    assert run("nonsense").returncode == 2
