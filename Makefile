@@ -7,7 +7,7 @@ export PATH := $(CURDIR)/$(BIN):/usr/local/go/bin:$(PATH)
 DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test unit integration lint check-deploy down clean
+.PHONY: help setup demo test unit integration lint check-deploy bench down clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,10 @@ unit: setup  ## unit tests only (no servers)
 
 integration: setup  ## integration tests only (real Kafka + S3)
 	$(BIN)/pytest -q -m integration tests/integration
+
+bench: setup  ## quick benchmarks on the local stack (<10 min): .vf/bench/quick.json + report.md
+	$(BIN)/voicefactory dev up
+	$(BIN)/voicefactory bench --quick --json .vf/bench/quick.json --plots-dir .vf/bench/img
 
 lint: setup  ## ruff and mypy --strict
 	$(BIN)/ruff check .
