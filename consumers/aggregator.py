@@ -16,6 +16,10 @@ becomes an `emitted` marker in the table, and `JobEmitter` checks the store's ou
 plus the topic itself before producing, which covers a crash between the broker's ack and
 the marker. What remains (docs/jobs.md): two live aggregators owning one partition at once.
 
+Metrics (`AggregatorMetrics`, served at /metrics next to /healthz and /readyz): the agent
+counts each record by what the merge did, `_close` each emit and error, and the timer's
+sweep sets the open-job and marker gauges while it walks the table anyway.
+
 Timer writes need a partition without a current event, so the table uses the producer's
 partitioner: murmur2 of the job ID, which is the same partition that job's results have.
 """
@@ -33,12 +37,13 @@ from faust.types import TP
 from faust.web import Request, Response, View
 
 from consumers.aggregator_emit import JobEmitter, store_for
+from consumers.aggregator_metrics import AggregatorMetrics
 from consumers.aggregator_state import (
     JobState,
     decode_state,
     emitted_marker,
     encode_state,
-    merge,
+    merge_result,
     ready,
 )
 from consumers.kafka import make_producer
@@ -83,8 +88,9 @@ class JobAggregator:
     """The faust app, its table, agent, timer and pages, around one `JobEmitter`."""
 
     def __init__(self, settings: Settings, *, datadir: Path | None = None,
-                 tick_s: float | None = None) -> None:
+                 tick_s: float | None = None, metrics: AggregatorMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics if metrics is not None else AggregatorMetrics()
         names = topic_names(settings.topic_prefix)
         self._results_topic = names.results
         self._jobs_topic = names.jobs
@@ -141,13 +147,15 @@ class JobAggregator:
                 result = decode_result(event.value or b"")
             except ValueError as exc:  # msgspec errors are ValueErrors
                 log.warning("not a tts.result.v1, skipped: %s", exc, extra=ctx)
+                self.metrics.on_result("undecodable")
                 continue
             if result.job is None:
+                self.metrics.on_result("no_job")
                 continue
             async with self._lock:
                 key = result.job.id.encode()
-                state = self._get(key)
-                merged = merge(state, result, time.time())
+                merged, outcome = merge_result(self._get(key), result, time.time())
+                self.metrics.on_result(outcome)
                 if merged is None:
                     continue
                 self.table[key] = encode_state(merged)
@@ -161,6 +169,7 @@ class JobAggregator:
         owned = {tp.partition for tp in self.app.consumer.assignment()
                  if tp.topic == self._results_topic}
         now = time.time()
+        open_jobs = markers = 0
         async with self._lock:
             for key in list(self.table.keys()):
                 if partition_for(key, RESULTS.partitions) not in owned:
@@ -168,24 +177,42 @@ class JobAggregator:
                 state = self._get(key)
                 if state is None:
                     continue
-                if state.emitted and now - (state.emitted_at or now) > MARKER_TTL_S:
-                    del self.table[key]
-                elif ready(state, now, self._timeout_s, not_before=self._owned_since):
+                if state.emitted:
+                    if now - (state.emitted_at or now) > MARKER_TTL_S:
+                        del self.table[key]
+                    else:
+                        markers += 1
+                    continue
+                if ready(state, now, self._timeout_s, not_before=self._owned_since):
                     if not state.complete:
                         log.info("job %s: no result for %.0f s, closing with %d/%d lines",
                                  state.job_id, self._timeout_s, len(state.clips), state.total)
-                    await self._close(key, state)
+                    if await self._close(key, state):
+                        markers += 1
+                        continue
+                open_jobs += 1
+        self.metrics.set_table(open_jobs=open_jobs, markers=markers)
 
-    async def _close(self, key: bytes, state: JobState) -> None:
-        """Emit the job; on failure keep it open so the next tick retries."""
+    async def _close(self, key: bytes, state: JobState) -> bool:
+        """Emit the job; on failure keep it open so the next tick retries. True: closed."""
         try:
             emitter = await self._ensure_emitter()
             event, produced = await emitter.emit(state)
         except Exception:
             log.exception("job %s: could not emit yet; will retry", state.job_id)
-            return
-        self.table[key] = encode_state(emitted_marker(state, event.status, time.time()))
+            self.metrics.on_emit_error()
+            return False
+        done = time.time()
+        self.table[key] = encode_state(emitted_marker(state, event.status, done))
         self.emitted += int(produced)
+        if not produced:
+            self.metrics.on_job_already_emitted()
+        else:
+            # A timed-out job's "latency" would only restate the timeout, so it is left out.
+            self.metrics.on_job_emitted(
+                event.status, timed_out=not state.complete,
+                latency_s=done - state.last_seen if state.complete else None)
+        return True
 
     def _get(self, key: bytes) -> JobState | None:
         raw = self.table.get(key)
@@ -207,6 +234,7 @@ class JobAggregator:
         self._owned_since = time.time()
         assigned: set[TP] = args[0] if args else set()
         mine = sorted(tp.partition for tp in assigned if tp.topic == self._results_topic)
+        self.metrics.set_partitions(len(mine))
         log.info("aggregating %s partitions %s", self._results_topic, mine)
 
     async def _on_shutdown(self, app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
@@ -231,7 +259,13 @@ class JobAggregator:
                     "in_recovery": bool(app.in_recovery), "emitted": aggregator.emitted}
             return view.json(body, status=503 if busy else 200)
 
-        del healthz, readyz
+        @self.app.page("/metrics")
+        async def metrics(view: View, request: Request) -> Response:
+            payload, content_type = aggregator.metrics.render()
+            # In the headers, not content_type=: aiohttp refuses a charset in that argument.
+            return view.bytes(payload, headers={"Content-Type": content_type})
+
+        del healthz, readyz, metrics
 
 
 def run(settings: Settings, *, datadir: Path | None = None, loglevel: str = "info") -> int:

@@ -10,13 +10,14 @@ keeps late duplicates from reopening the job.
 Merging is idempotent and order-free, so redelivered and out-of-order results never double
 or reorder a clip: a clip is keyed by its index; a succeeded clip is never replaced; a
 failed, rejected or expired one is replaced by any later answer for the same index.
-Everything here is pure (no Kafka, no store) and unit-tested.
+`merge_result` also names what a result did (merged, duplicate, late, ...) for the
+aggregator's metrics. Everything here is pure (no Kafka, no store) and unit-tested.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
@@ -102,47 +103,65 @@ def decode_manifest(raw: bytes) -> JobManifest:
     return _manifest_decoder.decode(raw)
 
 
+# What one result did to its job, for the aggregator's metrics (vf_job_results_total):
+# merged: a new index; replaced: a failed/rejected/expired clip answered again; duplicate: the
+# index had succeeded already (kept); late: the job was already emitted; invalid: unusable job
+# ID or index; no_job: the result is not part of a job.
+MergeOutcome = Literal["merged", "replaced", "duplicate", "late", "invalid", "no_job"]
+
+
+class Merge(NamedTuple):
+    state: JobState | None  # what to store; None: nothing worth keeping changed
+    outcome: MergeOutcome
+
+
 def merge(state: JobState | None, result: SynthesisResult, now: float) -> JobState | None:
     """The state after `result`, or None when the result changes nothing worth keeping
     (not part of a job, out of range, or late for a job already emitted)."""
+    return merge_result(state, result, now).state
+
+
+def merge_result(state: JobState | None, result: SynthesisResult, now: float) -> Merge:
+    """`merge`, also saying what the result did (see `MergeOutcome`)."""
     job = result.job
     if job is None:
-        return None
+        return Merge(None, "no_job")
     ctx = {"request_id": result.request_id, "voice_id": result.voice_id}
     try:
         check_id("job.id", job.id, REQUEST_ID_MAX)  # it becomes part of object keys
     except ValueError as exc:
         log.warning("result with an unusable job ID ignored: %s", exc, extra=ctx)
-        return None
+        return Merge(None, "invalid")
     if not 0 <= job.index < job.total:
         log.warning("job %s: result index %d outside 0..%d, ignored", job.id, job.index,
                     job.total - 1, extra=ctx)
-        return None
+        return Merge(None, "invalid")
     if state is None:
         state = JobState(job_id=job.id, total=job.total, first_seen=now, last_seen=now)
     elif state.emitted:
         log.debug("job %s: result for index %d after the job was emitted, ignored", job.id,
                  job.index, extra=ctx)
-        return None
+        return Merge(None, "late")
     elif job.total != state.total:
         # The first answer fixes the total; a disagreeing producer is a bug worth a warning,
         # not a reason to drop a clip that fits.
         log.warning("job %s: result says total %d, job has %d", job.id, job.total,
                     state.total, extra=ctx)
         if job.index >= state.total:
-            return None
+            return Merge(None, "invalid")
     clips = dict(state.clips)
     old = clips.get(job.index)
     if old is not None and old.status == "succeeded":
         if old.request_id != result.request_id:
             log.warning("job %s: index %d answered by %s and %s; keeping the first success",
                         job.id, job.index, old.request_id, result.request_id, extra=ctx)
-        return msgspec.structs.replace(state, last_seen=now)
+        return Merge(msgspec.structs.replace(state, last_seen=now), "duplicate")
     text = (result.metadata or {}).get("text")
     clips[job.index] = ClipState(request_id=result.request_id, voice_id=result.voice_id,
                                  status=result.status, audio=result.audio, error=result.error,
                                  text=text if isinstance(text, str) else None)
-    return msgspec.structs.replace(state, clips=clips, last_seen=now)
+    return Merge(msgspec.structs.replace(state, clips=clips, last_seen=now),
+                 "merged" if old is None else "replaced")
 
 
 def ready(state: JobState, now: float, timeout_s: float, not_before: float = 0.0) -> bool:

@@ -7,7 +7,9 @@ production, so that it can be killed with SIGKILL and restarted on the same chan
 from __future__ import annotations
 
 import asyncio
+import http.client
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from consumers.aggregator_emit import OUTBOX_OFFSET, OUTBOX_PARTITION, JobEmitter, store_for
 from consumers.aggregator_state import JobState, merge
@@ -63,16 +66,18 @@ LINES = [  # (voice, language, text): a narrator and two characters, Mandarin an
 class Aggregator:
     """`voicefactory aggregator` as a child process with its log in a file."""
 
-    def __init__(self, settings: Settings, tmp: Path, timeout_s: int = 120) -> None:
+    def __init__(self, settings: Settings, tmp: Path, timeout_s: int = 120,
+                 port: int = -1) -> None:
         self.settings = settings
         self.log = tmp / "aggregator.log"
         self.datadir = tmp / "faust"
         self.timeout_s = timeout_s
+        self.port = port  # -1: no web server
         self.proc: subprocess.Popen[bytes] | None = None
         self._starts = 0
 
     def start(self) -> None:
-        env = worker_env(self.settings, VF_AGGREGATOR_PORT="-1",
+        env = worker_env(self.settings, VF_AGGREGATOR_PORT=str(self.port),
                          VF_AGGREGATOR_DATADIR=str(self.datadir),
                          VF_JOB_TIMEOUT_SECONDS=str(self.timeout_s))
         self._starts += 1
@@ -107,6 +112,28 @@ class Aggregator:
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    async def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """GET /metrics: every sample by name and sorted labels."""
+        def get() -> tuple[int, str]:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+            try:
+                conn.request("GET", "/metrics")
+                response = conn.getresponse()
+                return response.status, response.read().decode()
+            finally:
+                conn.close()
+
+        status, text = await asyncio.to_thread(get)
+        assert status == 200, text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -277,8 +304,9 @@ async def test_killed_mid_job_and_fed_duplicates_it_still_emits_one_event(
 
 async def test_a_job_whose_lines_stop_arriving_closes_as_partial(
         settings: Settings, tmp_path: Path) -> None:
-    """No script and no worker: results produced by hand, texts only in metadata."""
-    agg = Aggregator(settings, tmp_path, timeout_s=3)
+    """No script and no worker: results produced by hand, texts only in metadata; /metrics
+    counts what happened."""
+    agg = Aggregator(settings, tmp_path, timeout_s=3, port=_free_port())
     agg.start()
     try:
         await agg.ready()
@@ -298,6 +326,17 @@ async def test_a_job_whose_lines_stop_arriving_closes_as_partial(
                        [(b"adhoc", encode(_fake_result("adhoc", 1, total=3)))])
         await asyncio.sleep(5)
         assert len(await _job_events(settings, "adhoc")) == 1
+
+        metrics = await agg.scrape()
+        outcomes = {o: metrics[("vf_job_results_total", (("outcome", o),))]
+                   for o in ("merged", "late", "duplicate", "invalid")}
+        assert outcomes == {"merged": 2, "late": 1, "duplicate": 0, "invalid": 0}, metrics
+        assert metrics[("vf_jobs_emitted_total", (("status", "partial"),))] == 1
+        assert metrics[("vf_jobs_emitted_total", (("status", "succeeded"),))] == 0
+        assert metrics[("vf_job_timeouts_total", ())] == 1
+        assert metrics[("vf_job_emit_seconds_count", ())] == 0  # timed out: no latency
+        assert metrics[("vf_jobs_open", ())] == 0 and metrics[("vf_job_markers", ())] == 1
+        assert metrics[("vf_aggregator_partitions", ())] == 12
     finally:
         assert agg.stop() == 0, agg.tail()
 

@@ -25,11 +25,24 @@ def test_the_app_its_group_and_its_changelog_carry_the_topic_prefix(tmp_path: Pa
     assert [str(u) for u in agg.app.conf.broker] == ["kafka://127.0.0.1:9092"]
 
 
-def test_the_web_port_serves_health_when_enabled(tmp_path: Path) -> None:
+def test_the_web_port_serves_health_and_metrics_when_enabled(tmp_path: Path) -> None:
     agg = JobAggregator(Settings(aggregator_port=19109, metrics_host="127.0.0.1"),
                         datadir=tmp_path)
     assert agg.app.conf.web_enabled and agg.app.conf.web_port == 19109
-    assert set(agg.app.web.views) == {"/healthz", "/readyz"}
+    assert set(agg.app.web.views) == {"/healthz", "/readyz", "/metrics"}
+
+
+async def test_the_metrics_page_renders_this_aggregators_own_registry(tmp_path: Path) -> None:
+    agg = JobAggregator(Settings(aggregator_port=19109, metrics_host="127.0.0.1"),
+                        datadir=tmp_path)
+    agg.metrics.on_result("late")
+    other = JobAggregator(Settings(aggregator_port=19110), datadir=tmp_path / "other")
+    response = await agg.app.web.views["/metrics"].get(None)  # the page ignores its request
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    body = response.body.decode()  # aiohttp Response: the exposition bytes
+    assert 'vf_job_results_total{outcome="late"} 1.0' in body
+    assert "# TYPE vf_jobs_open gauge" in body
+    assert other.metrics.render()[0].count(b'outcome="late"} 0.0') == 1
 
 
 def test_credentials_follow_the_security_protocol() -> None:

@@ -19,6 +19,7 @@ from consumers.aggregator_state import (
     encode_state,
     job_status,
     merge,
+    merge_result,
     ready,
 )
 from topics.events import AudioRef, ErrorInfo, JobRef, Status, SynthesisResult, encode
@@ -95,6 +96,30 @@ def test_an_emitted_job_ignores_late_duplicates() -> None:
     assert marker.clips == {} and marker.emitted and marker.status == "succeeded"
     assert merge(marker, result(1), 300.0) is None
     assert not ready(marker, now=10_000.0, timeout_s=1.0)
+
+
+def test_each_result_says_what_it_did_to_its_job() -> None:
+    """The outcomes behind vf_job_results_total, one stream through every branch."""
+    plain = SynthesisResult(request_id="r", voice_id="v", status="succeeded",
+                            completed_at="t")
+    stream = [(plain, "no_job"), (result(0, job="a/b"), "invalid"),
+              (result(3, total=3), "invalid"), (result(0), "merged"),
+              (result(1, status="failed"), "merged"), (result(1, status="expired"), "replaced"),
+              (result(1), "replaced"), (result(1), "duplicate"),
+              (result(1, request_id="other"), "duplicate"),
+              (result(2, total=2), "invalid"),  # disagrees on total and out of its range
+              (result(2, total=5), "merged")]  # disagrees on total, but fits
+    state: JobState | None = None
+    outcomes = []
+    for r, _ in stream:
+        step = merge_result(state, r, 100.0)
+        outcomes.append(step.outcome)
+        assert step.state == merge(state, r, 100.0)  # merge is merge_result's state
+        state = step.state or state
+    assert outcomes == [want for _, want in stream]
+    assert state is not None and state.complete
+    marker = emitted_marker(state, "succeeded", now=200.0)
+    assert merge_result(marker, result(0), 300.0) == (None, "late")
 
 
 def test_ready_when_complete_or_silent_for_the_timeout_counted_from_the_restart() -> None:
