@@ -328,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     agg = common(sub.add_parser(
         "aggregator", help="collect a job's results into one tts.jobs event (faust-streaming)"))
     agg.add_argument("--port", type=int,
-                     help="/healthz, /readyz port (VF_AGGREGATOR_PORT, default 9109; -1 off)")
+                     help="/healthz, /readyz, /metrics port (VF_AGGREGATOR_PORT, "
+                          "default 9109; -1 off)")
     agg.add_argument("--job-timeout", type=int, help="close a job as partial after this many "
                      "seconds without a result (VF_JOB_TIMEOUT_SECONDS, default 600)")
     agg.add_argument("--gap-ms", type=int, help="silence between clips on the timeline "

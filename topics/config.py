@@ -72,7 +72,7 @@ class Settings:
     presign_seconds: int = 7 * 24 * 3600
     job_gap_ms: int = 300  # silence between clips on a job's timeline (scripts may override)
     job_timeout_seconds: int = 600  # a job with no new result for this long closes as partial
-    aggregator_port: int = 9109  # /healthz, /readyz of the aggregator; -1 disables
+    aggregator_port: int = 9109  # /healthz, /readyz, /metrics of the aggregator; -1 disables
     aggregator_datadir: str = ".vf/aggregator"
     aggregator_replication_factor: int = 1  # of its changelog topic; 3 in production
     profile_cache_entries: int = 256  # per worker; sized in docs/benchmarks.md (cache locality)
