@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from consumers.client import publish_voice_tombstone, request_and_wait
-from consumers.demo import make_reference
+from consumers.demo import REFERENCE_TEXT, make_reference
 from consumers.runtime import make_store
 from pipeline import keys
-from pipeline.voices import remove_voice
+from pipeline.voices import register_voice, remove_voice
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_worker import _read_all
 from topics.config import Settings
@@ -37,7 +37,13 @@ def _requests(voice: str, n: int, **fields: object) -> list[SynthesisRequest]:
 
 
 async def test_profile_is_computed_once_and_loaded_after_a_restart(
-        settings: Settings, voice: str) -> None:
+        settings: Settings, tmp_path: Path) -> None:
+    # A voice of its own: the session's bucket may already hold a profile of the shared
+    # fixture voice (same reference bytes, same sha) from an earlier test.
+    voice = f"tiers-{uuid.uuid4().hex[:8]}"
+    register_voice(make_store(settings), voice_id=voice,
+                   reference=make_reference(tmp_path / "ref.wav"), prompt_text=REFERENCE_TEXT,
+                   language="en")
     async with RunningWorker(settings) as first:
         results = await request_and_wait(settings, _requests(voice, 100), timeout_s=240)
         assert {r.status for r in results.values()} == {"succeeded"}
