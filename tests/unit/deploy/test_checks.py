@@ -68,7 +68,8 @@ def test_prometheus_rule_carries_every_alert(tools: None) -> None:
     manifest = rules.prometheus_rule(ROOT / "deploy" / "prometheus" / "alerts.yml")
     alerts = {r["alert"] for g in manifest["spec"]["groups"] for r in g["rules"]}
     assert alerts == {"VoiceFactoryLagGrowing", "VoiceFactoryNoReadyWorkers",
-                      "VoiceFactoryErrorRate", "VoiceFactoryDLQRate", "VoiceFactoryRepeatedOOM"}
+                      "VoiceFactoryErrorRate", "VoiceFactoryDLQRate", "VoiceFactoryRepeatedOOM",
+                      "VoiceFactoryJobEmitErrors"}
 
 
 # -- dashboard --------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def test_a_new_metric_in_new_code_is_picked_up(checkout: Callable[[], runner.Lay
     _dashboard_edit(layout, lambda d: d["panels"][2]["targets"][0].update(  # type: ignore[index]
         expr="sum(rate(vf_jobs_done_total[5m]))"))
     assert runner.check_metrics(layout)
-    (layout.root / "consumers" / "aggregator_metrics.py").write_text(
+    (layout.root / "consumers" / "newly_added_metrics.py").write_text(
         "from prometheus_client import Counter\n"
         "JOBS = Counter('vf_jobs_done', 'Jobs completed')\n")
     assert runner.check_metrics(layout) == []
