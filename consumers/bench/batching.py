@@ -64,7 +64,7 @@ async def _one(ctx: BenchContext, max_batch: int, seconds: float) -> dict[str, A
 
 
 async def run(ctx: BenchContext) -> Outcome:
-    seconds = ctx.pick(8.0, 30.0)
+    seconds = ctx.pick(6.0, 30.0)
     ctx.register(VOICES)
     rows = [await _one(ctx, size, seconds) for size in SIZES]
     base = rows[0]["rps"] or 1.0

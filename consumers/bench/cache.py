@@ -109,7 +109,7 @@ def _drive(ctx: BenchContext, trace: list[str], routes: list[int], capacity: int
 
 
 async def run(ctx: BenchContext) -> Outcome:
-    warm, measured = ctx.pick((20_000, 10_000), (50_000, 100_000))
+    warm, measured = ctx.pick((12_000, 8_000), (50_000, 100_000))
     voices = [voice_id(i) for i in range(N_VOICES)]
     await asyncio.to_thread(ctx.register, voices)
     compute_s = ctx.profile_compute_s or 0.0

@@ -1,12 +1,13 @@
 """Capacity: the highest request rate one worker sustains when the engine costs nothing.
 
 One worker subprocess, bench engine with zero cost and 1-s clips (20-character texts at
-0.05 s a character: the audio is still generated, encoded as WAV, stored and presigned) ->
-warm-up -> a ladder of offered rates, each held for a step: lag (sent - answered) sampled
-every 0.2 s; a rate is sustained when the answers keep up (>= 95 % of offered), the lag's
-least-squares slope over the step's second half is under 5 % of the rate per second, and
-the backlog at the end is under one second's worth -> the ladder stops at the first rate
-that is not sustained. py-spy samples the worker during the last step (saturated), and the
+0.05 s a character: the audio is still generated, loudness-normalised, encoded as WAV,
+stored and presigned) -> warm-up -> a ladder of offered rates (`next_rate`: doubling from
+10/s, then refining within the octave where it first failed), each held for a step: lag
+(sent - answered) sampled every 0.2 s; a rate is sustained when the lag's least-squares
+slope over the step's second half is under 5 % of the rate per second and the backlog at
+the end is at most half a second's worth (or 5 requests); the backlog drains between steps.
+py-spy samples the worker during every step; the busiest step's profile is kept, and the
 top costs are named by self time (the leaf function) and by the project's own frames.
 """
 
@@ -97,7 +98,9 @@ async def _step(load: Load, results: ResultLog, rate: float, seconds: float,
     half = [p for p in points if p[0] >= seconds / 2]
     growth = slope(half)
     final_lag = points[-1][1] if points else 0.0
-    sustained = answered >= 0.95 * len(batch) and growth < 0.05 * rate and final_lag < rate
+    # Holding a rate: the backlog is not growing and what is left at the end is what is in
+    # flight, not a queue (at most half a second's worth, or 5 requests at low rates).
+    sustained = growth < 0.05 * rate and final_lag <= max(5.0, 0.5 * rate)
     # Answers counted over the step itself: a backlog answered later does not count.
     return {"rate": rate, "sent": len(batch), "answered_in_step": answered,
             "achieved_rps": round(answered / seconds, 1), "lag_slope": round(growth, 1),
@@ -110,50 +113,64 @@ async def _drain(load: Load, results: ResultLog, timeout_s: float) -> bool:
     return not missing
 
 
+def next_rate(tried: dict[float, bool], start: float = 10.0,
+              ceiling: float = 1000.0) -> float | None:
+    """The ladder: double from `start` while rates hold; after the first failure at r, try
+    r * 5/8, 6/8, 7/8 (within the last octave) upwards; None when nothing is left to try."""
+    failed = sorted(r for r, ok in tried.items() if not ok)
+    if not failed:
+        rate = max(tried, default=start / 2) * 2
+        return rate if rate <= ceiling else None
+    top = failed[0]
+    held = max((r for r, ok in tried.items() if ok), default=0.0)
+    for eighth in (5, 6, 7):
+        rate = top * eighth / 8
+        if rate > held and rate not in tried:
+            return rate
+    return None
+
+
 async def run(ctx: BenchContext) -> Outcome:
-    rates = ctx.pick([100.0, 200.0, 300.0, 400.0], [50.0 * k for k in range(1, 13)])
-    seconds = ctx.pick(8.0, 20.0)
+    seconds = ctx.pick(6.0, 20.0)
     ctx.register(VOICES)
     s = await ctx.settings("capacity", engine="bench")
     worker = WorkerProcess(s, ctx.work_dir / "capacity.log", env=ENGINE)
     steps: list[dict[str, Any]] = []
     profile_file = ctx.work_dir / "capacity-py-spy.txt"
-    profile_rate: float | None = None
-    spy: subprocess.CompletedProcess[str] | None = None
+    spies: dict[float, subprocess.CompletedProcess[str]] = {}
     try:
         async with Load(s) as load, ResultLog(s) as results:
             await worker.wait_log("assigned partitions", 120)
             await warm(ctx, s, VOICES, load, results)
-            for i, rate in enumerate(rates):
-                # Every step is profiled; the one kept is the last (the busiest) one.
-                spy_task = asyncio.create_task(_profile(worker.pid, seconds - 2,
-                                                        profile_file.with_suffix(f".{i}.txt")))
-                step = await _step(load, results, rate, seconds, tag=f"s{i}")
-                spy = await spy_task
-                profile_rate = rate
+            tried: dict[float, bool] = {}
+            while (rate := next_rate(tried)) is not None:
+                # Every step is profiled; the one kept is the busiest (highest rate) one.
+                spy_task = asyncio.create_task(_profile(
+                    worker.pid, seconds - 1, profile_file.with_suffix(f".{rate:.0f}.txt")))
+                step = await _step(load, results, rate, seconds, tag=f"s{len(steps)}")
+                spies[rate] = await spy_task
                 steps.append(step)
-                if not step["sustained"] or not await _drain(load, results, 30):
+                tried[rate] = step["sustained"]
+                if not await _drain(load, results, 60):
                     break
-            await _drain(load, results, 30)
     finally:
         await worker.stop()
-    return _outcome(steps, profile_file, profile_rate, spy)
+    return _outcome(steps, profile_file, spies)
 
 
-def _outcome(steps: list[dict[str, Any]], profile_file: Path, profile_rate: float | None,
-             spy: subprocess.CompletedProcess[str] | None) -> Outcome:
+def _outcome(steps: list[dict[str, Any]], profile_file: Path,
+             spies: dict[float, subprocess.CompletedProcess[str]]) -> Outcome:
     sustained = [st["rate"] for st in steps if st["sustained"]]
     capacity = max(sustained) if sustained else 0.0
+    steps = sorted(steps, key=lambda st: st["rate"])
     rows = [[st["rate"], st["sent"], st["achieved_rps"], st["lag_slope"], st["final_lag"],
              "yes" if st["sustained"] else "no"] for st in steps]
     table = md_table(["offered req/s", "sent", "answered req/s during the step",
                       "lag slope (req/s)", "backlog at end", "sustained"], rows)
     notes = []
     costs: dict[str, list[tuple[str, float]]] = {"self": [], "inclusive": []}
-    kept = None
-    if profile_rate is not None:
-        index = len(steps) - 1
-        kept = profile_file.with_suffix(f".{index}.txt")
+    profile_rate = max(spies, default=None)
+    kept = profile_file.with_suffix(f".{profile_rate:.0f}.txt") if profile_rate else None
     if kept is not None and kept.exists():
         costs = top_costs(parse_collapsed(kept.read_text()))
         kept.replace(profile_file)
@@ -163,8 +180,8 @@ def _outcome(steps: list[dict[str, Any]], profile_file: Path, profile_rate: floa
         table += "\n\nProject frames (inclusive):\n\n" + md_table(
             ["function", "share"],
             [[f"`{fn}`", f"{share:.1%}"] for fn, share in costs["inclusive"]])
-    elif spy is not None:
-        notes.append(f"py-spy failed: {spy.stderr.strip()[-300:]}")
+    elif profile_rate is not None:
+        notes.append(f"py-spy failed: {spies[profile_rate].stderr.strip()[-300:]}")
     return Outcome("capacity", {"capacity_rps": capacity}, table,
                    series={"steps": [{k: v for k, v in st.items()} for st in steps]},
                    notes=notes)

@@ -1,14 +1,14 @@
 """Restart locality: one of four workers restarted under load, static vs dynamic membership.
 
-Per row: fresh topics -> four in-process workers (bench engine, 10 ms a call; static rows
+Per row: fresh topics -> four in-process workers (bench engine, 5 ms a call; static rows
 give each a `VF_INSTANCE_ID`, dynamic rows none) -> steady load over VOICES (keyed by voice)
 -> baseline -> worker 0 stops (drains; a dynamic member sends LeaveGroup, a static one does
-not) and a new worker with the same settings starts RESTART_GAP_S later, well within the
+not) and a new worker with the same settings starts RESTART_GAP_S (5 s) later, within the
 10-s session timeout -> load goes on. Every 0.1 s the harness snapshots which worker owns
 each partition; a voice "moved" when its murmur2 partition was ever owned by a worker other
 than its owner before the restart (the restarted worker counts as the same one). Recovery:
-seconds from the restart until the backlog (sent - answered) is back under twice its
-baseline p95 (+2) and stays there for 2 s.
+seconds from the restart until the backlog (sent - answered) is back within the range it
+had during the baseline (<= its maximum there) and stays there for 1 s.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from topics.specs import REQUESTS
 
 VOICES = [f"voice-{i:04d}" for i in range(200)]
 WORKERS = 4
-RATE = 40.0
-RESTART_GAP_S = 1.0
-ENGINE = {"VF_BENCH_BASE_MS": "10"}
+RATE = 20.0
+# About what a worker process takes here to start (imports, torch, encoder), and well
+# within the 10-s session timeout: a static member must come back before it expires.
+RESTART_GAP_S = 5.0
+ENGINE = {"VF_BENCH_BASE_MS": "5"}
 
 
 def moved_fraction(before: dict[int, int], snapshots: list[dict[int, int]],
@@ -81,7 +83,8 @@ async def _row(ctx: BenchContext, static: bool, baseline_s: float,
         return base.with_overrides(instance_id=f"{base.topic_prefix}w{i}") if static \
             else base.with_overrides(instance_id="")
 
-    workers = [InProcessWorker(settings_of(i), ENGINE) for i in range(WORKERS)]
+    workers = [await asyncio.to_thread(InProcessWorker, settings_of(i), ENGINE)
+               for i in range(WORKERS)]
     for w in workers:
         w.start()
     snapshots: list[dict[int, int]] = []
@@ -98,28 +101,31 @@ async def _row(ctx: BenchContext, static: bool, baseline_s: float,
             fault_t = lag.now()
             await workers[0].stop()
             await asyncio.sleep(RESTART_GAP_S)
-            workers[0] = InProcessWorker(settings_of(0), ENGINE)
+            # Built off the loop (torch, the speaker encoder: seconds): the other members must
+            # keep heartbeating and the watcher keep sampling meanwhile.
+            workers[0] = await asyncio.to_thread(InProcessWorker, settings_of(0), ENGINE)
             workers[0].start()
             restart_s = lag.now() - fault_t
             await stream
             await results.wait_for(set(load.sent), 60)
+            await asyncio.sleep(1.5)  # the series must show the backlog staying down
             points = await lag.stop()
             watch.cancel()
             final = _owners(workers)
     finally:
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
     baseline = [y for t, y in points if t < fault_t]
-    threshold = 2 * percentile(baseline, 95) + 2
+    threshold = max(1.0, *baseline)  # back within the range it had before the fault
     return {"kind": kind, "moved": moved_fraction(before, snapshots, VOICES),
             "moved_final": moved_fraction(before, [final], VOICES),
             "recovery_s": recovery_time(points, fault_t=fault_t, threshold=threshold,
-                                        hold_s=2.0),
+                                        hold_s=1.0),
             "restart_s": round(restart_s, 2), "baseline_p95": percentile(baseline, 95),
             "peak_lag": max(y for _, y in points), "lag": points, "fault_t": fault_t}
 
 
 async def run(ctx: BenchContext) -> Outcome:
-    baseline_s, after_s = ctx.pick((8.0, 20.0), (20.0, 40.0))
+    baseline_s, after_s = ctx.pick((6.0, 14.0), (20.0, 40.0))
     ctx.register(VOICES)
     rows = [await _row(ctx, True, baseline_s, after_s),
             await _row(ctx, False, baseline_s, after_s)]

@@ -26,3 +26,20 @@ def test_top_costs_by_self_time_and_by_project_frame() -> None:
     assert inclusive["process_batch (pipeline/synthesis.py)"] == 0.7  # lines 90 and 95
     assert inclusive["encode (pipeline/encode.py)"] == 0.5
     assert "write (soundfile.py)" not in inclusive  # not a project frame
+
+
+def test_the_rate_ladder_doubles_then_refines_within_the_failing_octave() -> None:
+    from consumers.bench.capacity import next_rate
+
+    assert next_rate({}) == 10.0
+    assert next_rate({10.0: True, 20.0: True}) == 40.0
+    # 40 failed, 20 held: 25, 30, 35 (eighths of the failed rate) above the best held.
+    assert next_rate({10.0: True, 20.0: True, 40.0: False}) == 25.0
+    assert next_rate({10.0: True, 20.0: True, 40.0: False, 25.0: True}) == 30.0
+    # 30 failed too: the search moves below it; 35 would fail as well.
+    assert next_rate({10.0: True, 20.0: True, 40.0: False, 25.0: True,
+                      30.0: False}) == 26.25
+    assert next_rate({10.0: True, 20.0: True, 40.0: False, 25.0: True, 30.0: False,
+                      26.25: True}) is None
+    assert next_rate({10.0: False}) == 6.25
+    assert next_rate({640.0: True}, ceiling=1000.0) is None

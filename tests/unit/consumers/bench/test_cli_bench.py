@@ -1,0 +1,23 @@
+import pytest
+
+import voicefactory
+
+
+def test_bench_defaults_to_every_measurement() -> None:
+    args = voicefactory.build_parser().parse_args(["bench", "--quick", "--json", "out.json"])
+    assert (args.suite, args.quick, args.json, args.only) == ("all", True, "out.json", None)
+    assert args.plots_dir == "docs/img"
+
+
+def test_bench_only_takes_known_names_and_assignors_still_parses() -> None:
+    args = voicefactory.build_parser().parse_args(["bench", "--only", "cache", "faults"])
+    assert args.only == ["cache", "faults"]
+    assert voicefactory.build_parser().parse_args(["bench", "assignors"]).suite == "assignors"
+
+
+def test_bench_rejects_an_unknown_measurement_with_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        voicefactory.build_parser().parse_args(["bench", "--only", "speed"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'speed'" in capsys.readouterr().err
