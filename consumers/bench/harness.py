@@ -59,6 +59,7 @@ class BenchContext:
     profile_compute_s: float | None = None  # one profile built by the real resolver, timed
     _encoder: Any = None
     _seed: Any = None  # the computed seed profile
+    topics: list[str] = field(default_factory=list)  # created by settings(), for cleanup()
 
     @classmethod
     def create(cls, base: Settings, *, quick: bool, work_dir: Path) -> BenchContext:
@@ -93,7 +94,22 @@ class BenchContext:
             await create_topics(admin, prefix=prefix, specs=(REQUESTS, RESULTS))
         finally:
             await admin.close()
+        self.topics += [prefix + REQUESTS.name, prefix + RESULTS.name]
         return s
+
+    async def cleanup(self) -> None:
+        """Delete this run's topics and its bucket (1,000 references and every clip make
+        a few hundred MB a run), so repeated runs do not fill the disk."""
+        admin = admin_client(self.base.kafka_bootstrap)
+        await admin.start()
+        try:
+            existing = set(await admin.list_topics())
+            doomed = [t for t in self.topics if t in existing]
+            if doomed:
+                await admin.delete_topics(doomed)
+        finally:
+            await admin.close()
+        await asyncio.to_thread(remove_bucket, self.base)
 
     def encoder(self) -> Any:
         """One loaded speaker encoder for the in-process resolvers of this run."""
@@ -166,6 +182,24 @@ class BenchContext:
 
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(one, todo))
+
+
+def remove_bucket(settings: Settings) -> None:
+    """Every object of the settings' bucket, then the bucket itself."""
+    from minio.deleteobjects import DeleteObject
+
+    endpoint = settings.s3_endpoint.split("://", 1)[-1]
+    client = Minio(endpoint, access_key=settings.s3_access_key,
+                   secret_key=settings.s3_secret_key.reveal(),
+                   secure=settings.s3_endpoint.startswith("https"))
+    names = [o.object_name for o in client.list_objects(settings.s3_bucket, recursive=True)
+             if o.object_name]
+    for start in range(0, len(names), 1000):
+        errors = list(client.remove_objects(
+            settings.s3_bucket, [DeleteObject(n) for n in names[start:start + 1000]]))
+        if errors:
+            raise RuntimeError(f"could not delete {len(errors)} bench objects: {errors[0]}")
+    client.remove_bucket(settings.s3_bucket)
 
 
 # -- environment for workers -------------------------------------------------------------

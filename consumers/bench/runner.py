@@ -4,8 +4,9 @@ stack check -> BenchContext (fresh bucket, reference clip) -> each selected meas
 run(ctx) -> Outcome (figures, table, series) -> merge the figures into one flat JSON object
 that always holds the REQUIRED keys (None where a measurement was not selected or could not
 run) -> Markdown report (tables + notes + the machine) -> one PNG per measurement in the
-plots folder. A measurement that fails is reported with its error and the others still run;
-the exit status says whether all selected ones succeeded.
+plots folder. The run's topics and bucket are deleted at the end. A measurement that fails
+is reported with its error and the others still run; the exit status says whether all
+selected ones succeeded.
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ async def run_all(settings: Settings, *, quick: bool, only: Sequence[str] | None
         outcomes.append(outcome)
         print(f"bench {name}: {orjson.dumps(outcome.figures).decode()} "
               f"({timings[name]:.0f} s)", file=out, flush=True)
+    try:
+        await ctx.cleanup()
+    except Exception as exc:  # the figures stand; say what was left behind
+        print(f"cleanup of bucket {ctx.bucket} and {len(ctx.topics)} topics failed: {exc}",
+              file=out)
     figures: dict[str, Any] = dict(merge(outcomes))
     figures["quick"] = quick
     figures.update({f"machine_{k}": v for k, v in machine().items()})
