@@ -45,6 +45,7 @@ def build_runtime(settings: Settings) -> Runtime:
                                  worker=settings.instance_id,
                                  presign_seconds=settings.presign_seconds,
                                  loudness_lufs=settings.loudness_lufs,
+                                 device_slots=settings.max_inflight,
                                  quality_encoder=encoder if settings.quality_checks == "on"
                                  else None,
                                  on_oom_split=metrics.on_oom_retry)

@@ -6,8 +6,9 @@
     VoiceBatcher (bounded; full -> pause partitions)          Publisher (acks=all)
         │ same-voice batches                                       │
         v                                                          v
-    max_inflight dispatch tasks -> processor.process_batch    OffsetTracker.done
-        (in a thread)   retryable -> backoff -> back in queue      │
+    2 x max_inflight dispatch tasks -> processor.process_batch OffsetTracker.done
+        (in threads; max_inflight of them in the engine at once)   │
+                        retryable -> backoff -> back in queue      │
                                                                    v
                                              commit loop: contiguous offsets per partition
 
@@ -128,8 +129,11 @@ class SynthesisWorker:
                  s.instance_id, self._names.requests, s.group_id, s.max_inflight, s.max_batch)
         loops = [asyncio.create_task(self._fetch_loop(), name="fetch"),
                  asyncio.create_task(self._commit_loop(), name="commit")]
+        # Twice max_inflight dispatchers: the processor lets max_inflight of them into the
+        # engine at once, the others store finished outputs meanwhile (measured: batching
+        # gain and capacity, docs/benchmarks.md).
         dispatchers = [asyncio.create_task(self._dispatch_loop(), name=f"dispatch-{i}")
-                       for i in range(s.max_inflight)]
+                       for i in range(2 * s.max_inflight)]
         try:
             await self._stopping.wait()
         finally:

@@ -14,7 +14,9 @@ Every item ends as a `SynthesisResult` or, for a transient failure, a retryable
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ from datetime import UTC, datetime
 
 from pipeline import keys
 from pipeline.audio import Audio
-from pipeline.encode import CONTENT_TYPES, encode, normalize_loudness, resample, target_rate
+from pipeline.encode import CONTENT_TYPES, encode, resample, target_rate
 from pipeline.engines.base import (
     EngineOutOfMemory,
     Profile,
@@ -31,6 +33,7 @@ from pipeline.engines.base import (
     Synthesizer,
 )
 from pipeline.frontend import PreparedText, prepare
+from pipeline.loudness import normalize_loudness
 from pipeline.quality import assess
 from pipeline.speaker import SpeakerEncoder
 from pipeline.stitch import stitch
@@ -70,9 +73,15 @@ class _Pending:
 class RequestProcessor:
     def __init__(self, *, engine: Synthesizer, store: ObjectStore, profiles: ProfileResolver,
                  worker: str, presign_seconds: int, loudness_lufs: float = -16.0,
-                 quality_encoder: SpeakerEncoder | None = None,
+                 quality_encoder: SpeakerEncoder | None = None, device_slots: int | None = None,
                  on_oom_split: Callable[[], None] | None = None) -> None:
         self._engine = engine
+        # At most `device_slots` threads in the engine (or computing a profile) at once; the
+        # stitching, encoding and upload after it run outside, so a caller may run more
+        # batches than slots and keep the device busy while earlier outputs are stored.
+        self._device: contextlib.AbstractContextManager[object] = (
+            threading.BoundedSemaphore(device_slots) if device_slots
+            else contextlib.nullcontext())
         self._loudness = loudness_lufs
         # Scoring synthetic audio (the bench engine) says nothing: engines opt out.
         self._scorer = quality_encoder if engine.capabilities.speech else None
@@ -145,7 +154,8 @@ class RequestProcessor:
         t0 = time.perf_counter()
         try:
             first = todo[0].request
-            profile = self._profiles.resolve(first.voice_id, first.reference)
+            with self._device:
+                profile = self._profiles.resolve(first.voice_id, first.reference)
         except InvalidRequest as exc:
             return [self._reject(p, exc.code, exc.message) for p in todo]
         except VoiceFactoryError as exc:
@@ -170,7 +180,8 @@ class RequestProcessor:
             spans.append((start, len(batch)))
         t0 = time.perf_counter()
         try:
-            outputs = self._engine.synthesize(profile, batch)
+            with self._device:
+                outputs = self._engine.synthesize(profile, batch)
         except EngineOutOfMemory as exc:
             if len(todo) == 1:
                 return [exc]

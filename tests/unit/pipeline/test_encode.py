@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 from pipeline.audio import Audio, decode
-from pipeline.encode import (
-    PEAK_CEILING,
-    encode,
-    loudness_lufs,
-    normalize_loudness,
-    resample,
-    target_rate,
-)
+from pipeline.encode import encode, resample, target_rate
+from pipeline.loudness import PEAK_CEILING, loudness_lufs, normalize_loudness
 from tests.unit.pipeline.conftest import espeak_wav
 
 needs_ffprobe = pytest.mark.skipif(shutil.which("ffprobe") is None, reason="ffprobe missing")
@@ -91,6 +85,19 @@ def test_a_peaky_clip_is_limited_not_clipped() -> None:
     assert float(np.max(np.abs(out.samples))) == pytest.approx(PEAK_CEILING, rel=1e-4)
     assert after < -16.0 - 6  # the quality check reports this as "too quiet"
     assert before < after
+
+
+@pytest.mark.parametrize("rate", [16000, 22050, 24000, 44100, 48000])
+def test_loudness_agrees_with_torchaudio_and_the_standard(rate: int) -> None:
+    import torch
+    import torchaudio.functional as taf
+
+    clip = speech(rate)
+    reference = float(taf.loudness(torch.from_numpy(clip.samples).unsqueeze(0), rate))
+    assert loudness_lufs(clip) == pytest.approx(reference, abs=0.15)
+    t = np.arange(rate) / rate  # BS.1770: a full-scale 997-Hz sine reads -3.01 LUFS
+    sine = Audio(np.sin(2 * np.pi * 997 * t).astype(np.float32), rate)
+    assert loudness_lufs(sine) == pytest.approx(-3.01, abs=0.05)
 
 
 def test_silence_is_left_alone() -> None:
