@@ -5,11 +5,14 @@ fetch loop reads `full` and pauses its partitions) -> dispatchers: await next_ba
 (voice_id, up to `max_batch` items of that one voice) -> the engine.
 
 A lane is ready once it holds `max_batch` items or its oldest item has waited
-`batch_wait_s` (with max_batch=1 every item is ready at once). Among ready lanes the one whose
-oldest item is oldest goes first, so a hot voice with always-full lanes cannot starve a quiet
-one for longer than `batch_wait_s` plus one batch. On revocation, drop(predicate) takes back
-the waiting items of revoked partitions. close() starts the drain: what is queued is still
-handed out (partial batches at once), then next_batch raises `BatcherClosed`.
+`batch_wait_s` (with max_batch=1 every item is ready at once), or at once while `idle()` says
+the engine has a free slot: waiting for company only pays when the device is busy, and a
+lone request on an idle worker would otherwise wait out the window for nothing. Among ready
+lanes the one whose oldest item is oldest goes first, so a hot voice with always-full lanes
+cannot starve a quiet one for longer than `batch_wait_s` plus one batch. On revocation,
+drop(predicate) takes back the waiting items of revoked partitions. close() starts the
+drain: what is queued is still handed out (partial batches at once), then next_batch raises
+`BatcherClosed`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ class _Entry(NamedTuple, Generic[T]):
 
 
 class VoiceBatcher(Generic[T]):
-    def __init__(self, *, max_batch: int, batch_wait_s: float, capacity: int) -> None:
+    def __init__(self, *, max_batch: int, batch_wait_s: float, capacity: int,
+                 idle: Callable[[], bool] | None = None) -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         if not math.isfinite(batch_wait_s) or batch_wait_s < 0:
@@ -47,6 +51,7 @@ class VoiceBatcher(Generic[T]):
         self.max_batch = max_batch
         self.batch_wait_s = batch_wait_s
         self.capacity = capacity
+        self._idle = idle or (lambda: False)
         self._lanes: dict[str, deque[_Entry[T]]] = {}
         self._size = 0
         self._seq = itertools.count()
@@ -119,11 +124,12 @@ class VoiceBatcher(Generic[T]):
         best: str | None = None
         best_t = math.inf
         next_ready = math.inf
+        # Closing: nothing more will join a partial batch, so hand it out now.
+        release_all = self._closed or (bool(self._lanes) and self._idle())
         for voice, lane in self._lanes.items():
             head_t = lane[0].enqueued_at
             due = head_t + self.batch_wait_s
-            # Closing: nothing more will join a partial batch, so hand it out now.
-            if len(lane) >= self.max_batch or due <= now or self._closed:
+            if len(lane) >= self.max_batch or due <= now or release_all:
                 if head_t < best_t:
                     best, best_t = voice, head_t
             elif due < next_ready:

@@ -75,7 +75,8 @@ class SynthesisWorker:
         self.tracker = OffsetTracker()
         self.batcher: VoiceBatcher[Job] = VoiceBatcher(
             max_batch=settings.max_batch, batch_wait_s=settings.batch_wait_ms / 1000,
-            capacity=settings.queue_capacity)
+            capacity=settings.queue_capacity,
+            idle=lambda: self._active_batches < settings.max_inflight)
         self.heartbeat = Heartbeat()
         self.revoked: set[TopicPartition] = set()
         self.inflight_by_tp: dict[TopicPartition, int] = {}

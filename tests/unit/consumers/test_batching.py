@@ -175,3 +175,17 @@ def test_bad_settings_are_refused_with_a_clear_message(kwargs: dict[str, float],
                                                        message: str) -> None:
     with pytest.raises(ValueError, match=message):
         VoiceBatcher[int](**kwargs)  # type: ignore[arg-type]
+
+
+async def test_an_idle_engine_takes_a_partial_batch_at_once_a_busy_one_waits() -> None:
+    busy = [False]
+    b: VoiceBatcher[int] = VoiceBatcher(max_batch=8, batch_wait_s=0.2, capacity=100,
+                                        idle=lambda: not busy[0])
+    b.put("alice", 1)
+    b.put("alice", 2)
+    voice, items, took = await timed(b)
+    assert (voice, items) == ("alice", [1, 2]) and took < 0.05
+    busy[0] = True
+    b.put("bob", 3)
+    voice, items, took = await timed(b)
+    assert (voice, items) == ("bob", [3]) and took >= 0.19  # the window, as before
