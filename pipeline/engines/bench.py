@@ -166,7 +166,7 @@ class BenchEngine:
         return Audio(samples=samples, sample_rate=SAMPLE_RATE)
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=64)  # ~100 KB a clip: bounded, or the memory bench sees it
 def _speech_like(n: int, f0: float, seed: int) -> Samples:
     """`n` samples of a voice at `f0`: harmonics under a syllable envelope, plus a little noise."""
     rng = np.random.default_rng(seed)
