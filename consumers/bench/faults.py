@@ -52,15 +52,8 @@ async def _kill9(workers: list[WorkerProcess]) -> float:
 
 
 def _restart_broker() -> float:
-    pid = stack.KAFKA.pid()
-    assert pid is not None
     t0 = time.monotonic()
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    while stack.KAFKA.pid() is not None and time.monotonic() < deadline:
-        stack._reap(pid)
-        time.sleep(0.2)
-    stack.up(out=io.StringIO(), timeout_s=120)
+    stack.restart_kafka(timeout_s=120)
     return time.monotonic() - t0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import os
 import signal
 import socket
@@ -220,6 +221,22 @@ def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
             print(f"{service.name}: did not stop in {grace_s:.0f} s, killed", file=out)
         service.pid_file.unlink(missing_ok=True)
         print(f"{service.name}: stopped (pid {pid})", file=out)
+
+
+def restart_kafka(timeout_s: float = 120.0) -> None:
+    """SIGTERM the broker this checkout started, wait until it is gone, start it again.
+
+    For fault runs (tests and benchmarks): the workers meanwhile see a broker outage.
+    """
+    pid = KAFKA.pid()
+    if pid is None:
+        raise RuntimeError("the broker is not running from this checkout")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while KAFKA.pid() is not None and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.2)
+    up(out=io.StringIO(), timeout_s=timeout_s)
 
 
 def _reap(pid: int) -> None:

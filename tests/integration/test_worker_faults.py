@@ -201,21 +201,10 @@ async def test_broker_restart_loses_nothing(
     async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-br")):
         await produce(s, first)
         await asyncio.sleep(1.0)
-        await asyncio.to_thread(_restart_kafka)
+        await asyncio.to_thread(stack.restart_kafka)
         await produce(s, second)
         results = await wait_for_answers(s, {r.request_id for r in first + second}, 180)
     assert {r.request_id for r in results} >= {r.request_id for r in first + second}
-
-
-def _restart_kafka() -> None:
-    pid = stack.KAFKA.pid()
-    assert pid is not None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    while stack.KAFKA.pid() is not None and time.monotonic() < deadline:
-        stack._reap(pid)
-        time.sleep(0.2)
-    stack.up(out=io.StringIO(), timeout_s=120)
 
 
 async def _wait_log(path: Path, text: str, timeout_s: float) -> None:
