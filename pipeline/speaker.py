@@ -142,6 +142,7 @@ def count_syllables(text: str) -> int:
 
 
 def measure(audio: Audio, prompt_text: str | None, encoder: SpeakerEncoder) -> VoiceMeasures:
+    audio = Audio(to_16k(audio), RATE)  # once: the pitch tracker and the encoder both want 16 kHz
     f0 = pitch_track(audio)
     median = float(np.median(f0)) if f0.size >= 5 else None
     spread = None

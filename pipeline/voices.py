@@ -253,7 +253,7 @@ class ProfileResolver:
                                             if voice.prompt_text else {})})
         self.computed += 1
         try:
-            self._store.put(keys.profile_key(*(voice.voice_id, voice.sha256, profile.engine)),
+            self._store.put(keys.profile_key(voice.voice_id, voice.sha256, profile.engine),
                             profile_bytes(profile), content_type="application/octet-stream")
         except VoiceFactoryError as exc:  # the profile still serves this process
             log.warning("could not persist profile of voice %s: %s", voice.voice_id, exc)
