@@ -81,8 +81,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from consumers import logs
-    from consumers.runtime import build_runtime
-    from consumers.worker import SynthesisWorker
+    from consumers.wiring import build_runtime
+    from consumers.worker.loop import SynthesisWorker
 
     logs.configure(args.log_format)
     settings = _settings(args)
@@ -101,7 +101,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_voices(args: argparse.Namespace) -> int:
     if args.action == "check":
         return _voices_check(Path(args.file))
-    from consumers.runtime import make_store
+    from consumers.wiring import make_store
 
     settings = _settings(args)
     store = make_store(settings)
@@ -115,7 +115,7 @@ def cmd_voices(args: argparse.Namespace) -> int:
                   f"{v.created_at:<25} {(v.prompt_text or '')[:40]}")
         print(f"{len(voices)} voice(s)", file=sys.stderr)
         return EXIT_OK
-    from consumers.client import publish_voice, publish_voice_tombstone
+    from consumers.clients.produce import publish_voice, publish_voice_tombstone
 
     if args.action == "rm":
         from pipeline.voices import remove_voice
@@ -150,8 +150,8 @@ def _voices_check(path: Path) -> int:
 
 
 def cmd_say(args: argparse.Namespace) -> int:
-    from consumers.client import new_request_id, request_and_wait
-    from consumers.runtime import make_store
+    from consumers.clients.produce import new_request_id, request_and_wait
+    from consumers.wiring import make_store
     from topics.events import SynthesisRequest
 
     settings = _settings(args)
@@ -172,7 +172,7 @@ def cmd_say(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from consumers.client import read_jsonl, submit
+    from consumers.clients.produce import read_jsonl, submit
 
     count = asyncio.run(submit(_settings(args), list(read_jsonl(Path(args.file)))))
     print(f"submitted {count} requests")
@@ -183,13 +183,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import logging
 
     if args.suite != "assignors":
-        from consumers.bench.runner import main as run_benchmarks
+        from bench.runner import main as run_benchmarks
 
         return run_benchmarks(_settings(args), quick=args.quick, only=args.only,
                               json_path=Path(args.json) if args.json else None,
                               plots_dir=Path(args.plots_dir) if args.plots_dir else None,
                               work_dir=Path(args.work_dir), out=sys.stdout)
-    from consumers.assignor_bench import run_all, table
+    from bench.assignors import run_all, table
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # rebalances are the point here
     print("measuring partition movement per assignor on the real broker ...", file=sys.stderr)
@@ -198,7 +198,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from consumers.demo import run_demo
+    from consumers.clients.demo import run_demo
     from deploy.local import stack
 
     stack.up()
@@ -207,7 +207,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_aggregator(args: argparse.Namespace) -> int:
     from consumers import logs
-    from consumers.aggregator import run
+    from consumers.aggregator.app import run
 
     logs.configure(args.log_format)
     settings = _settings(args).with_overrides(
@@ -217,7 +217,7 @@ def cmd_aggregator(args: argparse.Namespace) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    from consumers.jobs import ScriptError, load_script, run_command
+    from consumers.clients.jobs import ScriptError, load_script, run_command
 
     try:
         script = load_script(Path(args.script), concat=True if args.concat else None)
@@ -229,7 +229,7 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from consumers.jobs import tail_results
+    from consumers.clients.jobs import tail_results
 
     asyncio.run(tail_results(_settings(args), from_beginning=args.from_beginning,
                              out=sys.stdout, limit=args.limit))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pipeline.engines.base import EngineUnavailable, Synthesizer
-from topics.config import Settings
+from pipeline.engines.options import EngineOptions
 
 
-def create_engine(name: str, settings: Settings | None = None) -> Synthesizer:
-    """`settings` (default: read from the environment) carries what an engine needs to load."""
+def create_engine(name: str, options: EngineOptions | None = None) -> Synthesizer:
+    """`options` (default: CPU, fp32, no model directory) carry what an engine needs to load."""
     if name == "espeak":
         from pipeline.engines.espeak import EspeakEngine
 
@@ -19,9 +19,9 @@ def create_engine(name: str, settings: Settings | None = None) -> Synthesizer:
     if name == "cosyvoice":
         from pipeline.engines.cosyvoice import CosyVoiceEngine
 
-        return CosyVoiceEngine.from_settings(settings or Settings.from_env())
+        return CosyVoiceEngine.from_options(options or EngineOptions())
     raise EngineUnavailable(f"unknown engine {name!r}; "
                             "available in this build: espeak, bench, cosyvoice")
 
 
-__all__ = ["EngineUnavailable", "Synthesizer", "create_engine"]
+__all__ = ["EngineOptions", "EngineUnavailable", "Synthesizer", "create_engine"]

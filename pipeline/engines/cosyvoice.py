@@ -53,8 +53,8 @@ from pipeline.engines.cosyvoice_prompts import (
 from pipeline.engines.cosyvoice_prompts import prompt_text as model_prompt_text
 from pipeline.engines.cosyvoice_setup import import_cosyvoice, inspect_model_dir, model_class
 from pipeline.engines.device import DevicePlan, translate_oom
+from pipeline.engines.options import EngineOptions
 from pipeline.text import detect
-from topics.config import Settings
 from topics.errors import ErrorCode, VoiceFactoryError
 
 log = logging.getLogger(__name__)
@@ -154,9 +154,9 @@ class CosyVoiceEngine:
         self._wav_prompts = True  # frontends since mid-2025 take a file, older ones a tensor
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CosyVoiceEngine:
-        return cls(model_dir=settings.cosyvoice_model_dir, device=settings.device,
-                   precision=settings.precision)
+    def from_options(cls, options: EngineOptions) -> CosyVoiceEngine:
+        return cls(model_dir=options.cosyvoice_model_dir, device=options.device,
+                   precision=options.precision, empty_cache=options.empty_cache)
 
     @property
     def capabilities(self) -> Capabilities:

@@ -1,6 +1,6 @@
 """Device and precision handling for torch engines (CosyVoice), torch imported lazily.
 
-Settings (`VF_DEVICE`, `VF_PRECISION`, `VF_EMPTY_CACHE`) -> `DevicePlan` at engine load ->
+`EngineOptions` (`VF_DEVICE`, `VF_PRECISION`, `VF_EMPTY_CACHE`) -> `DevicePlan` at engine load ->
 `plan.inference()` around every batch (torch.inference_mode, autocast for fp16/bf16 on CUDA)
 -> `plan.after_batch()` (optional `torch.cuda.empty_cache()`). Out-of-memory errors from
 torch become `EngineOutOfMemory`, which the processor answers by splitting the batch.

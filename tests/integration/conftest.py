@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from minio import Minio
 
-from consumers.runtime import build_runtime
-from consumers.worker import SynthesisWorker
+from consumers.wiring import build_runtime
+from consumers.worker.loop import SynthesisWorker
 from deploy.local import stack
 from topics.admin import admin_client, create_topics
 from topics.config import Secret, Settings
@@ -91,8 +91,8 @@ def voice(settings: Settings, tmp_path: object) -> str:
     """A registered voice whose reference is a 4-5 s espeak-ng recording."""
     from pathlib import Path
 
-    from consumers.demo import REFERENCE_TEXT, make_reference
-    from consumers.runtime import make_store
+    from consumers.clients.demo import REFERENCE_TEXT, make_reference
+    from consumers.wiring import make_store
     from pipeline.voices import register_voice
 
     reference = make_reference(Path(str(tmp_path)) / "reference.wav")

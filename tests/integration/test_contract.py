@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import NewTopic
 
 import voicefactory
-from consumers.client import request_and_wait
+from consumers.clients.produce import request_and_wait
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_worker import _read_all
 from topics.admin import admin_client

@@ -20,9 +20,9 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.aggregator_emit import OUTBOX_OFFSET, OUTBOX_PARTITION, JobEmitter, store_for
-from consumers.aggregator_state import JobState, merge
-from consumers.jobs import Script, parse_script, put_manifest, run_job
+from consumers.aggregator.emit import OUTBOX_OFFSET, OUTBOX_PARTITION, JobEmitter, store_for
+from consumers.aggregator.state import JobState, merge
+from consumers.clients.jobs import Script, parse_script, put_manifest, run_job
 from consumers.kafka import make_consumer, make_producer
 from pipeline.audio import decode
 from pipeline.keys import job_json_key, job_subtitles_key, job_track_key
@@ -147,7 +147,7 @@ def aggregator(settings: Settings, tmp_path: Path) -> Iterator[Aggregator]:
 
 @pytest.fixture
 def voices(settings: Settings, tmp_path: Path) -> list[str]:
-    from consumers.demo import REFERENCE_TEXT, make_reference
+    from consumers.clients.demo import REFERENCE_TEXT, make_reference
     from pipeline.voices import register_voice
 
     reference = make_reference(tmp_path / "reference.wav")
@@ -415,7 +415,7 @@ async def _jobs_end(settings: Settings, job_id: str) -> tuple[int, int]:
 async def _committed_at_least(settings: Settings, job_id: str, offset: int,
                               timeout_s: float = 60) -> None:
     """Until the aggregator's group has committed `offset` on the job's results partition."""
-    from consumers.aggregator import app_id
+    from consumers.aggregator.app import app_id
     from topics.partitioning import partition_for
     from topics.specs import RESULTS
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.client import publish_voice_tombstone, request_and_wait
-from consumers.demo import REFERENCE_TEXT, make_reference
-from consumers.runtime import make_store
+from consumers.clients.produce import publish_voice_tombstone, request_and_wait
+from consumers.clients.demo import REFERENCE_TEXT, make_reference
+from consumers.wiring import make_store
 from pipeline import keys
 from pipeline.voices import register_voice, remove_voice
 from tests.integration.conftest import RunningWorker

@@ -10,8 +10,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumers.client import request_and_wait
-from consumers.runtime import make_store
+from consumers.clients.produce import request_and_wait
+from consumers.wiring import make_store
 from pipeline.audio import decode, speech_seconds
 from tests.integration.conftest import RunningWorker
 from topics.config import Settings

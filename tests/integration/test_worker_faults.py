@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.demo import make_reference
-from consumers.runtime import make_store
+from consumers.clients.demo import make_reference
+from consumers.wiring import make_store
 from deploy.local import stack
 from pipeline.voices import register_voice
 from tests.integration.conftest import RunningWorker

@@ -8,7 +8,7 @@ from consumers.logs import JsonFormatter, TextFormatter
 
 
 def _record(**extra: object) -> logging.LogRecord:
-    record = logging.LogRecord("consumers.worker", logging.INFO, __file__, 1, "done in %d ms",
+    record = logging.LogRecord("consumers.worker.loop", logging.INFO, __file__, 1, "done in %d ms",
                                (12,), None)
     for key, value in extra.items():
         setattr(record, key, value)

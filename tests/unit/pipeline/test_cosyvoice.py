@@ -23,7 +23,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from pipeline.audio import Audio
-from pipeline.engines import create_engine
+from pipeline.engines import EngineOptions, create_engine
 from pipeline.engines.base import (
     EngineOutOfMemory,
     EngineUnavailable,
@@ -35,7 +35,6 @@ from pipeline.engines.base import (
 from pipeline.engines.cosyvoice import PROFILE_TENSORS, CosyVoiceEngine, speaker_id
 from pipeline.engines.cosyvoice_prompts import plan_call
 from pipeline.engines.cosyvoice_setup import required_files
-from topics.config import Settings
 from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
 
 RATE = 24000
@@ -417,10 +416,9 @@ def test_a_constructor_failure_is_reported_at_start_up(tmp_path: Path) -> None:
                               "torch checkpoint")
 
 
-def test_create_engine_reads_the_model_dir_from_settings(tmp_path: Path) -> None:
+def test_create_engine_reads_the_model_dir_from_its_options(tmp_path: Path) -> None:
     root = model_dir(tmp_path)
-    settings = Settings.from_env({"VF_COSYVOICE_MODEL_DIR": str(root), "VF_DEVICE": "cpu"})
-    engine = create_engine("cosyvoice", settings)
+    engine = create_engine("cosyvoice", EngineOptions(cosyvoice_model_dir=str(root)))
     assert isinstance(engine, CosyVoiceEngine)
     engine.load()
     assert model_of(engine).calls("init")[0]["model_dir"] == str(root)

@@ -1,0 +1,285 @@
+"""The job aggregator: `tts.results` -> a faust table of job states -> one `tts.job.v1`.
+
+    tts.results (key job.id) --agent--> merge into table["jobs"][job_id]
+                                            |  changelog: {app id}-jobs-changelog (compact)
+                     complete, or silent    v
+                     for the timeout  --> JobEmitter: subtitles.srt [+ track] -> job.json
+                     (agent or timer)         -> tts.jobs (key job_id) -> table: emitted
+
+The table is faust's in-memory store, rebuilt from its changelog topic when the process
+starts or takes over partitions, so a restarted aggregator knows every open job. faust
+commits `tts.results` offsets at least once: after a crash the results since the last
+commit are merged again, which the merge rules make harmless (`aggregator_state`).
+
+Exactly one event per job: the agent and the timer close jobs under one lock, a closed job
+becomes an `emitted` marker in the table, and `JobEmitter` checks the store's outbox note
+plus the topic itself before producing, which covers a crash between the broker's ack and
+the marker. What remains (docs/jobs.md): two live aggregators owning one partition at once.
+
+Metrics (`AggregatorMetrics`, served at /metrics next to /healthz and /readyz): the agent
+counts each record by what the merge did, `_close` each emit and error, and the timer's
+sweep sets the open-job and marker gauges while it walks the table anyway.
+
+Timer writes need a partition without a current event, so the table uses the producer's
+partitioner: murmur2 of the job ID, which is the same partition that job's results have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.types import TP
+from faust.web import Request, Response, View
+
+from consumers.aggregator.emit import JobEmitter, store_for
+from consumers.aggregator.metrics import AggregatorMetrics
+from consumers.aggregator.state import (
+    JobState,
+    decode_state,
+    emitted_marker,
+    encode_state,
+    merge_result,
+    ready,
+)
+from consumers.kafka import make_producer
+from topics.config import Settings
+from topics.events import decode_result
+from topics.partitioning import partition_for
+from topics.specs import RESULTS, topic_names
+
+log = logging.getLogger(__name__)
+
+APP_ID = "vf-aggregator"
+TABLE = "jobs"
+# Emitted markers outlive the results topic's retention, after which no duplicate can come.
+MARKER_TTL_S = RESULTS.retention_ms / 1000 + 24 * 3600 if RESULTS.retention_ms else 8 * 86400
+
+
+def app_id(settings: Settings) -> str:
+    """Also the consumer group and the prefix of faust's topics, so tenants stay apart."""
+    return settings.topic_prefix + APP_ID
+
+
+def broker_credentials(settings: Settings) -> faust.auth.Credentials | None:
+    from aiokafka.helpers import create_ssl_context
+
+    protocol = settings.kafka_security_protocol.upper()
+    if protocol == "PLAINTEXT":
+        return None
+    ssl_context = create_ssl_context() if protocol in ("SSL", "SASL_SSL") else None
+    if protocol.startswith("SASL"):
+        return faust.SASLCredentials(username=settings.kafka_sasl_username,
+                                     password=settings.kafka_sasl_password.reveal(),
+                                     mechanism=settings.kafka_sasl_mechanism or "PLAIN",
+                                     ssl_context=ssl_context)
+    if protocol == "SSL":
+        assert ssl_context is not None
+        return faust.SSLCredentials(ssl_context)
+    raise ValueError(f"VF_KAFKA_SECURITY_PROTOCOL {settings.kafka_security_protocol!r} is not "
+                     "one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+
+
+class JobAggregator:
+    """The faust app, its table, agent, timer and pages, around one `JobEmitter`."""
+
+    def __init__(self, settings: Settings, *, datadir: Path | None = None,
+                 tick_s: float | None = None, metrics: AggregatorMetrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics if metrics is not None else AggregatorMetrics()
+        names = topic_names(settings.topic_prefix)
+        self._results_topic = names.results
+        self._jobs_topic = names.jobs
+        self._timeout_s = float(settings.job_timeout_seconds)
+        web = settings.aggregator_port > 0
+        self.app = faust.App(
+            app_id(settings),
+            broker=[f"kafka://{hp.strip()}" for hp in settings.kafka_bootstrap.split(",")],
+            broker_credentials=broker_credentials(settings),
+            store="memory://",
+            datadir=str(datadir or Path(settings.aggregator_datadir)),
+            topic_partitions=RESULTS.partitions,
+            topic_replication_factor=settings.aggregator_replication_factor,
+            topic_disable_leader=True,
+            consumer_auto_offset_reset="earliest",
+            processing_guarantee="at_least_once",
+            broker_commit_every=100,
+            broker_commit_interval=1.0,
+            # Static membership: a restarted aggregator (same VF_INSTANCE_ID) takes its
+            # partitions straight back instead of waiting out the dead member's session.
+            consumer_group_instance_id=f"{settings.instance_id}-aggregator",
+            broker_session_timeout=settings.session_timeout_ms / 1000,
+            web_enabled=web,
+            web_bind=settings.metrics_host,
+            web_port=settings.aggregator_port if web else 6066,  # unused when disabled
+            web_host=settings.metrics_host,
+        )
+        self.results = self.app.topic(self._results_topic, key_type=bytes, value_type=bytes,
+                                      key_serializer="raw", value_serializer="raw")
+        # bytes in, bytes out: faust's raw codec; the values are msgspec JSON (JobState).
+        self.table = self.app.Table(TABLE, default=None, key_type=bytes, value_type=bytes,
+                                    partitions=RESULTS.partitions, use_partitioner=True,
+                                    help="open jobs and emitted markers, by job ID")
+        self._lock = asyncio.Lock()
+        self._emitter: JobEmitter | None = None
+        self._owned_since = time.time()
+        self.emitted = 0  # events produced by this process (tests and logs)
+        self.app.agent(self.results, name="aggregate")(self._aggregate)
+        interval = tick_s if tick_s is not None else min(5.0, max(0.2, self._timeout_s / 4))
+        self.app.timer(interval, name="close_jobs")(self._tick)
+        self.app.on_partitions_assigned.connect(self._on_assigned)
+        self.app.on_before_shutdown.connect(self._on_shutdown)
+        if web:
+            self._add_pages()
+
+    # --- the stream -----------------------------------------------------------------------
+
+    async def _aggregate(self, stream: Any) -> None:
+        async for event in stream.events():
+            message = event.message
+            ctx = {"topic": message.topic, "partition": message.partition,
+                   "offset": message.offset}
+            try:
+                result = decode_result(event.value or b"")
+            except ValueError as exc:  # msgspec errors are ValueErrors
+                log.warning("not a tts.result.v1, skipped: %s", exc, extra=ctx)
+                self.metrics.on_result("undecodable")
+                continue
+            if result.job is None:
+                self.metrics.on_result("no_job")
+                continue
+            async with self._lock:
+                key = result.job.id.encode()
+                merged, outcome = merge_result(self._get(key), result, time.time())
+                self.metrics.on_result(outcome)
+                if merged is None:
+                    continue
+                self.table[key] = encode_state(merged)
+                if merged.complete:
+                    await self._close(key, merged)
+
+    async def _tick(self) -> None:
+        """Close jobs that are complete but not emitted (after a crash) or that timed out."""
+        if self.app.rebalancing or self.app.in_recovery:
+            return
+        owned = {tp.partition for tp in self.app.consumer.assignment()
+                 if tp.topic == self._results_topic}
+        now = time.time()
+        open_jobs = markers = 0
+        async with self._lock:
+            for key in list(self.table.keys()):
+                if partition_for(key, RESULTS.partitions) not in owned:
+                    continue  # another instance's job (the memory store keeps revoked keys)
+                state = self._get(key)
+                if state is None:
+                    continue
+                if state.emitted:
+                    if now - (state.emitted_at or now) > MARKER_TTL_S:
+                        del self.table[key]
+                    else:
+                        markers += 1
+                    continue
+                if ready(state, now, self._timeout_s, not_before=self._owned_since):
+                    if not state.complete:
+                        log.info("job %s: no result for %.0f s, closing with %d/%d lines",
+                                 state.job_id, self._timeout_s, len(state.clips), state.total)
+                    if await self._close(key, state):
+                        markers += 1
+                        continue
+                open_jobs += 1
+        self.metrics.set_table(open_jobs=open_jobs, markers=markers)
+
+    async def _close(self, key: bytes, state: JobState) -> bool:
+        """Emit the job; on failure keep it open so the next tick retries. True: closed."""
+        try:
+            emitter = await self._ensure_emitter()
+            event, produced = await emitter.emit(state)
+        except Exception:
+            log.exception("job %s: could not emit yet; will retry", state.job_id)
+            self.metrics.on_emit_error()
+            return False
+        done = time.time()
+        self.table[key] = encode_state(emitted_marker(state, event.status, done))
+        self.emitted += int(produced)
+        if not produced:
+            self.metrics.on_job_already_emitted()
+        else:
+            # A timed-out job's "latency" would only restate the timeout, so it is left out.
+            self.metrics.on_job_emitted(
+                event.status, timed_out=not state.complete,
+                latency_s=done - state.last_seen if state.complete else None)
+        return True
+
+    def _get(self, key: bytes) -> JobState | None:
+        raw = self.table.get(key)
+        return decode_state(raw) if raw else None
+
+    async def _ensure_emitter(self) -> JobEmitter:
+        if self._emitter is None:
+            emitter = JobEmitter(settings=self.settings, store=store_for(self.settings),
+                                 producer=make_producer(self.settings),
+                                 jobs_topic=self._jobs_topic)
+            await emitter.start()
+            self._emitter = emitter
+        return self._emitter
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def _on_assigned(self, app: Any, /, *args: Any, signal: Any, **_: Any) -> None:
+        # Results for newly owned jobs may still be unread: count silence from now.
+        self._owned_since = time.time()
+        assigned: set[TP] = args[0] if args else set()
+        mine = sorted(tp.partition for tp in assigned if tp.topic == self._results_topic)
+        self.metrics.set_partitions(len(mine))
+        log.info("aggregating %s partitions %s", self._results_topic, mine)
+
+    async def _on_shutdown(self, app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
+        log.info("stopping: %d job events produced by this process", self.emitted)
+        async with self._lock:
+            if self._emitter is not None:
+                await self._emitter.stop()
+                self._emitter = None
+
+    def _add_pages(self) -> None:
+        aggregator = self
+
+        @self.app.page("/healthz")
+        async def healthz(view: View, request: Request) -> Response:
+            return view.json({"status": "ok"})
+
+        @self.app.page("/readyz")
+        async def readyz(view: View, request: Request) -> Response:
+            app = aggregator.app
+            busy = app.rebalancing or app.in_recovery
+            body = {"ready": not busy, "rebalancing": bool(app.rebalancing),
+                    "in_recovery": bool(app.in_recovery), "emitted": aggregator.emitted}
+            return view.json(body, status=503 if busy else 200)
+
+        @self.app.page("/metrics")
+        async def metrics(view: View, request: Request) -> Response:
+            payload, content_type = aggregator.metrics.render()
+            # In the headers, not content_type=: aiohttp refuses a charset in that argument.
+            return view.bytes(payload, headers={"Content-Type": content_type})
+
+        del healthz, readyz, metrics
+
+
+def run(settings: Settings, *, datadir: Path | None = None, loglevel: str = "info") -> int:
+    """Run until SIGTERM/SIGINT: faust's worker stops the agent, commits and leaves."""
+    aggregator = JobAggregator(settings, datadir=datadir)
+    if loglevel != "debug":
+        # faust narrates every service start and stop at INFO; ours say what matters.
+        for name in ("faust", "mode"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    worker = faust.Worker(aggregator.app, loglevel=loglevel, quiet=True,
+                          redirect_stdouts=False, override_logging=False)
+    worker.spinner = None  # its terminal escapes would break one-JSON-object-a-line logs
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

@@ -1,0 +1,193 @@
+"""Closing a job: subtitles (and the track) into the store, then exactly one `tts.job.v1`.
+
+Flow of `JobEmitter.emit(state)`:
+
+    1. jobs/{id}/job.json exists with an outbox note (partition, offset)?
+         -> scan tts.jobs from that offset for the job's key; found: already out, stop
+    2. read jobs/{id}/script.json (texts, gap, concat; absent: metadata.text, VF_JOB_GAP_MS)
+    3. put jobs/{id}/subtitles.srt; with concat, assemble and put jobs/{id}/track.{fmt}
+    4. note the end offset of the job's tts.jobs partition, put job.json with that note
+    5. produce the event to that partition and wait for acks=all
+
+The caller then marks the job emitted in its table. A crash anywhere before step 4 leaves
+no note, so the retry produces the event; a crash after step 4 leaves a note that step 1
+resolves by reading the topic itself, so the event is not produced twice even when the
+crash came between the broker's ack and the table's `emitted` mark. Store calls are
+blocking (minio SDK) and run in a thread so that the consumer keeps its heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from datetime import UTC, datetime
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from consumers.aggregator.state import (
+    JobManifest,
+    JobState,
+    build_job,
+    clip_texts,
+    decode_manifest,
+)
+from consumers.kafka import make_consumer
+from pipeline.assembly import assemble
+from pipeline.audio import decode
+from pipeline.encode import CONTENT_TYPES, encode
+from pipeline.keys import job_json_key, job_script_key, job_subtitles_key, job_track_key
+from pipeline.storage import ObjectStore
+from pipeline.subtitles import cues, render_srt
+from topics.config import Settings
+from topics.events import AudioRef, JobCompleted, decode_job
+from topics.events import encode as encode_event
+from topics.partitioning import partition_for
+from topics.specs import JOBS
+
+log = logging.getLogger(__name__)
+
+OUTBOX_PARTITION = "vf-jobs-partition"
+OUTBOX_OFFSET = "vf-jobs-offset"
+
+
+def store_for(settings: Settings) -> ObjectStore:
+    # Not consumers.wiring.make_store: that module loads the synthesis engines.
+    return ObjectStore(endpoint=settings.s3_endpoint, access_key=settings.s3_access_key,
+                       secret_key=settings.s3_secret_key.reveal(), bucket=settings.s3_bucket,
+                       region=settings.s3_region)
+
+
+class JobEmitter:
+    def __init__(self, *, settings: Settings, store: ObjectStore, producer: AIOKafkaProducer,
+                 jobs_topic: str) -> None:
+        self._settings = settings
+        self._store = store
+        self._producer = producer
+        self._topic = jobs_topic
+        self._partitions = JOBS.partitions
+        # One reader for end offsets and outbox scans; emits are serialised by the caller.
+        self._reader: AIOKafkaConsumer = make_consumer(
+            settings, enable_auto_commit=False, group_id=None)
+
+    async def start(self) -> None:
+        await self._producer.start()
+        await self._reader.start()
+        # Partition by the topic's real count: a job's event and its outbox note must agree.
+        found = await self._producer.partitions_for(self._topic)
+        if not found:
+            raise RuntimeError(f"topic {self._topic} has no partitions; run `voicefactory "
+                               "topics create`")
+        self._partitions = len(found)
+
+    async def stop(self) -> None:
+        await self._reader.stop()
+        await self._producer.stop()
+
+    async def emit(self, state: JobState) -> tuple[JobCompleted, bool]:
+        """The job's event and whether this call produced it (False: it already was)."""
+        job_id = state.job_id
+        partition = partition_for(job_id, self._partitions)
+        earlier = await self._already_emitted(job_id, partition)
+        if earlier is not None:
+            log.warning("job %s was already on %s[%d]; not producing it again", job_id,
+                        self._topic, partition, extra={"topic": self._topic,
+                                                       "partition": partition})
+            return earlier, False
+        event = await asyncio.to_thread(self._write_artifacts, state)
+        value = encode_event(event)
+        offset = await self._end_offset(partition)
+        await asyncio.to_thread(self._store.put, job_json_key(job_id), value,
+                                "application/json",
+                                {OUTBOX_PARTITION: str(partition), OUTBOX_OFFSET: str(offset)})
+        await self._producer.send_and_wait(self._topic, value, key=job_id.encode(),
+                                           partition=partition)
+        log.info("job %s %s: %d/%d clips, %.2f s", job_id, event.status,
+                 sum(1 for c in event.clips if c.status == "succeeded"), event.total,
+                 event.duration_s, extra={"topic": self._topic, "partition": partition})
+        return event, True
+
+    def _write_artifacts(self, state: JobState) -> JobCompleted:
+        manifest = self._manifest(state.job_id)
+        gap_ms = manifest.gap_ms if manifest and manifest.gap_ms is not None else \
+            self._settings.job_gap_ms
+        completed_at = datetime.now(UTC).isoformat(timespec="milliseconds").replace(
+            "+00:00", "Z")
+        draft = build_job(state, manifest=manifest, gap_s=gap_ms / 1000,
+                          completed_at=completed_at)
+        srt_key = job_subtitles_key(state.job_id)
+        srt = render_srt(cues(draft.timeline, clip_texts(state, manifest)))
+        self._store.put(srt_key, srt.encode(), "application/x-subrip")
+        track = None
+        if manifest is not None and manifest.concat and draft.timeline:
+            track = self._write_track(draft, manifest)
+        return msgspec.structs.replace(draft, subtitles=f"s3://{self._store.bucket}/{srt_key}",
+                                       track=track)
+
+    def _manifest(self, job_id: str) -> JobManifest | None:
+        raw = self._store.get(job_script_key(job_id))
+        if raw is None:
+            return None
+        try:
+            manifest = decode_manifest(raw)
+        except msgspec.ValidationError as exc:
+            log.warning("job %s: %s is unreadable (%s); using results' metadata only", job_id,
+                        job_script_key(job_id), exc)
+            return None
+        return manifest if manifest.job_id == job_id else None
+
+    def _write_track(self, draft: JobCompleted, manifest: JobManifest) -> AudioRef:
+        by_index = {c.index: c for c in draft.clips}
+        placed = []
+        for span in draft.timeline:
+            ref = by_index[span.index].audio
+            assert ref is not None  # the timeline only holds clips with audio
+            data = self._store.get(ref.key)
+            if data is None:
+                raise FileNotFoundError(f"job {draft.job_id}: clip {span.index} object "
+                                        f"{ref.key} is gone")
+            placed.append((span, decode(data)))
+        audio = assemble(placed)
+        fmt = manifest.track_format
+        data = encode(audio, fmt)
+        key = job_track_key(draft.job_id, fmt)
+        self._store.put(key, data, CONTENT_TYPES[fmt])
+        return AudioRef(bucket=self._store.bucket, key=key,
+                        url=self._store.presign(key, self._settings.presign_seconds),
+                        format=fmt, sample_rate=audio.sample_rate,
+                        duration_s=round(audio.duration_s, 3), bytes=len(data),
+                        sha256=hashlib.sha256(data).hexdigest())
+
+    async def _already_emitted(self, job_id: str, partition: int) -> JobCompleted | None:
+        """The job's event if an earlier attempt produced it (its outbox note says where)."""
+        info = await asyncio.to_thread(self._store.stat, job_json_key(job_id))
+        if info is None or OUTBOX_OFFSET not in info.metadata:
+            return None
+        noted = int(info.metadata.get(OUTBOX_PARTITION, partition))
+        found = await self._scan(job_id, noted, int(info.metadata[OUTBOX_OFFSET]))
+        return decode_job(found) if found is not None else None
+
+    async def _scan(self, job_id: str, partition: int, offset: int) -> bytes | None:
+        tp = TopicPartition(self._topic, partition)
+        end = (await self._reader.end_offsets([tp]))[tp]
+        if offset >= end:
+            return None
+        self._reader.assign([tp])
+        self._reader.seek(tp, offset)
+        key = job_id.encode()
+        deadline = time.monotonic() + 30
+        while await self._reader.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {self._topic}[{partition}] from {offset} to "
+                                   f"{end} took over 30 s")
+            for records in (await self._reader.getmany(tp, timeout_ms=500)).values():
+                for rec in records:
+                    if rec.key == key and rec.value is not None:
+                        return bytes(rec.value)
+        return None
+
+    async def _end_offset(self, partition: int) -> int:
+        tp = TopicPartition(self._topic, partition)
+        return int((await self._reader.end_offsets([tp]))[tp])

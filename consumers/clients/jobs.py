@@ -1,0 +1,429 @@
+"""`voicefactory job run SCRIPT`: a video script in, one request per line out, results followed.
+
+Flow: SCRIPT (YAML or JSON) -> `load_script` (every line checked by the worker's own
+request rules, so a bad line fails here with exit 2, before anything is produced) ->
+`jobs/{job_id}/script.json` in the store (the texts for the subtitles and the job's gap /
+concat options, read by the aggregator) -> requests keyed by voice ID, each with
+`job: {id, index, total}` and the request ID `{job_id}-{index:04d}` -> `tts.requests`.
+
+With `--wait`: the job's one `tts.results` partition (results are keyed by job ID) and its
+`tts.jobs` partition are assigned and their ends noted *before* the requests go out; results
+are then read from there, one per index (duplicates ignored), a progress line is redrawn on
+stderr (done, failed, rate, ETA), a summary table goes to stdout, and the aggregator's job
+event is awaited for a few seconds to print where the subtitles (and the track) are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+import yaml
+from aiokafka import TopicPartition
+
+from consumers.aggregator.emit import store_for
+from consumers.aggregator.state import JobManifest, ManifestLine, encode_manifest
+from consumers.kafka import make_consumer, make_producer
+from pipeline.keys import job_json_key, job_script_key
+from pipeline.storage import ObjectStore
+from topics.config import Settings
+from topics.errors import VoiceFactoryError
+from topics.events import (
+    JobCompleted,
+    SynthesisRequest,
+    SynthesisResult,
+    decode_job,
+    decode_result,
+    encode,
+)
+from topics.partitioning import partition_for
+from topics.specs import JOBS, RESULTS, topic_names
+from topics.validation import REQUEST_ID_MAX, check_id, decode_request
+
+_LINE_KEYS = {"voice", "text", "instruct", "language", "format", "sample_rate", "speed",
+              "metadata", "mode"}
+_TOP_KEYS = {"job_id", "lines", "gap_ms", "concat", "track_format", "language", "format",
+             "voice"}
+FORMATS = ("wav", "flac", "mp3", "opus")
+
+
+class ScriptError(ValueError):
+    """The script cannot become a job; the message names the file, line and rule."""
+
+
+class JobAlreadyFinished(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Script:
+    job_id: str
+    requests: list[SynthesisRequest]
+    manifest: JobManifest
+
+
+def request_id_for(job_id: str, index: int) -> str:
+    return f"{job_id}-{index:04d}"
+
+
+def load_script(path: Path, *, concat: bool | None = None) -> Script:
+    """Read and check a script; `concat` (the --concat flag) overrides the script's own."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScriptError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        doc = orjson.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ScriptError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+                          f"{exc}") from None
+    return parse_script(doc, source=str(path), concat=concat)
+
+
+def parse_script(doc: Any, *, source: str = "script", concat: bool | None = None) -> Script:
+    if not isinstance(doc, dict):
+        raise ScriptError(f"{source}: expected a mapping with job_id and lines")
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise ScriptError(f"{source}: unknown keys {unknown}; allowed: {sorted(_TOP_KEYS)}")
+    job_id = doc.get("job_id")
+    if not isinstance(job_id, str):
+        raise ScriptError(f"{source}: job_id is required (a string)")
+    try:
+        check_id("job_id", job_id, REQUEST_ID_MAX - 5)  # room for "-0000"
+    except ValueError as exc:
+        raise ScriptError(f"{source}: {exc}") from None
+    lines = doc.get("lines")
+    if not isinstance(lines, list) or not lines:
+        raise ScriptError(f"{source}: lines must be a non-empty list")
+    if len(lines) > 10_000:
+        raise ScriptError(f"{source}: {len(lines)} lines; a job holds at most 10000")
+    gap_ms = _optional_int(doc, "gap_ms", source)
+    track_format = doc.get("track_format", "wav")
+    if track_format not in FORMATS:
+        raise ScriptError(f"{source}: track_format {track_format!r} is not one of {FORMATS}")
+    use_concat = bool(doc.get("concat", False)) if concat is None else concat
+    requests = [_request(job_id, i, line, doc, len(lines), source)
+                for i, line in enumerate(lines)]
+    manifest = JobManifest(
+        job_id=job_id, total=len(requests), gap_ms=gap_ms, concat=use_concat,
+        track_format=track_format, created_at=_now(),
+        lines=[ManifestLine(index=i, request_id=r.request_id, voice_id=r.voice_id, text=r.text)
+               for i, r in enumerate(requests)])
+    return Script(job_id=job_id, requests=requests, manifest=manifest)
+
+
+def _request(job_id: str, index: int, line: Any, doc: dict[str, Any], total: int,
+             source: str) -> SynthesisRequest:
+    where = f"{source}: line {index + 1}"
+    if not isinstance(line, dict):
+        raise ScriptError(f"{where}: expected a mapping with voice and text")
+    unknown = sorted(set(line) - _LINE_KEYS)
+    if unknown:
+        raise ScriptError(f"{where}: unknown keys {unknown}; allowed: {sorted(_LINE_KEYS)}")
+    voice = line.get("voice", doc.get("voice"))
+    if not isinstance(voice, str) or not isinstance(line.get("text"), str):
+        raise ScriptError(f"{where}: voice and text are required strings")
+    obj: dict[str, Any] = {
+        "request_id": request_id_for(job_id, index), "voice_id": voice, "text": line["text"],
+        "job": {"id": job_id, "index": index, "total": total}}
+    for name in ("instruct", "language", "format", "sample_rate", "speed", "metadata", "mode"):
+        value = line.get(name, doc.get(name) if name in ("language", "format") else None)
+        if value is not None:
+            obj[name] = value
+    try:
+        return decode_request(orjson.dumps(obj))
+    except VoiceFactoryError as exc:
+        raise ScriptError(f"{where}: {exc.message}") from None
+
+
+def _optional_int(doc: dict[str, Any], name: str, source: str) -> int | None:
+    value = doc.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ScriptError(f"{source}: {name} must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# --- progress and summary -----------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    total: int
+    started: float = field(default_factory=time.monotonic)
+    succeeded: int = 0
+    failed: int = 0
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed
+
+    def add(self, result: SynthesisResult) -> None:
+        if result.status == "succeeded":
+            self.succeeded += 1
+        else:
+            self.failed += 1
+
+    def render(self, now: float | None = None, width: int = 24) -> str:
+        elapsed = max((now if now is not None else time.monotonic()) - self.started, 1e-6)
+        filled = round(width * self.done / self.total)
+        rate = self.done / elapsed
+        if self.done == self.total:
+            eta = "done"
+        elif self.done == 0:
+            eta = "ETA --"
+        else:
+            eta = f"ETA {_duration((self.total - self.done) / rate)}"
+        return (f"[{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total}  "
+                f"ok {self.succeeded}  failed {self.failed}  {rate:.2f} lines/s  {eta}")
+
+
+class ProgressLine:
+    """Redraws one line on a terminal; elsewhere (CI logs) prints at most once a second."""
+
+    def __init__(self, progress: Progress, stream: TextIO) -> None:
+        self.progress = progress
+        self.stream = stream
+        self.tty = stream.isatty()
+        self._last = 0.0
+
+    def update(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + self.progress.render(now))
+        elif force or now - self._last >= 1.0:
+            self.stream.write(self.progress.render(now) + "\n")
+        else:
+            return
+        self._last = now
+        self.stream.flush()
+
+    def finish(self) -> None:
+        self.update(force=True)
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def summary_table(script: Script, results: dict[int, SynthesisResult]) -> str:
+    rows = [("#", "voice", "status", "dur_s", "request_id", "object / error")]
+    for i, request in enumerate(script.requests):
+        result = results.get(i)
+        if result is None:
+            rows.append((str(i), request.voice_id, "missing", "-", request.request_id,
+                         "no result"))
+        elif result.audio is not None:
+            rows.append((str(i), request.voice_id, result.status,
+                         f"{result.audio.duration_s:.2f}", request.request_id,
+                         f"s3://{result.audio.bucket}/{result.audio.key}"))
+        else:
+            err = result.error
+            rows.append((str(i), request.voice_id, result.status, "-", request.request_id,
+                         f"{err.code}: {err.message}" if err else "-"))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True))
+             + "  " + r[-1] for r in rows]
+    audio_s = sum(r.audio.duration_s for r in results.values() if r.audio is not None)
+    ok = sum(1 for r in results.values() if r.status == "succeeded")
+    lines.append(f"{len(script.requests)} lines: {ok} succeeded, {len(results) - ok} failed, "
+                 f"{len(script.requests) - len(results)} missing; {audio_s:.1f} s of audio")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def describe_job(event: JobCompleted) -> str:
+    out = [f"job {event.job_id} {event.status}: {len(event.clips)}/{event.total} clips, "
+           f"{event.duration_s:.2f} s on the timeline"]
+    if event.subtitles:
+        out.append(f"subtitles {event.subtitles}")
+    if event.track is not None:
+        out.append(f"track     s3://{event.track.bucket}/{event.track.key}")
+    return "\n".join(out)
+
+
+def _duration(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
+
+
+# --- producing and following --------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    results: dict[int, SynthesisResult]
+    job: JobCompleted | None
+    timed_out: bool
+
+    def all_succeeded(self, total: int) -> bool:
+        return len(self.results) == total and all(
+            r.status == "succeeded" for r in self.results.values())
+
+
+def put_manifest(store: ObjectStore, script: Script) -> None:
+    """Write script.json, refusing a job ID whose job already finished (its event is out
+    and the aggregator ignores new results for it)."""
+    done = store.stat(job_json_key(script.job_id))
+    if done is not None:
+        raise JobAlreadyFinished(
+            f"job {script.job_id} already finished (s3://{store.bucket}/{done.key}); a job "
+            "ID is used once, give the new run another job_id (e.g. with a -v2 suffix)")
+    store.put(job_script_key(script.job_id), encode_manifest(script.manifest),
+              "application/json")
+
+
+async def run_job(settings: Settings, script: Script, *, wait: bool, timeout_s: float,
+                  job_timeout_s: float, stream: TextIO = sys.stderr) -> Outcome | None:
+    """Produce the script's requests; with `wait`, follow them until answered or timed out."""
+    names = topic_names(settings.topic_prefix)
+    consumer = make_consumer(settings, enable_auto_commit=False, group_id=None) if wait \
+        else None
+    producer = make_producer(settings, linger_ms=5)
+    await producer.start()
+    try:
+        tps: Sequence[TopicPartition] = ()
+        if consumer is not None:
+            await consumer.start()
+            tps = [TopicPartition(names.results, partition_for(script.job_id,
+                                                               RESULTS.partitions)),
+                   TopicPartition(names.jobs, partition_for(script.job_id, JOBS.partitions))]
+            consumer.assign(list(tps))
+            await consumer.seek_to_end(*tps)
+            for tp in tps:  # resolve the ends now, before the requests exist
+                await consumer.position(tp)
+        futures = [await producer.send(names.requests, encode(r), key=r.voice_id.encode())
+                   for r in script.requests]
+        await asyncio.gather(*futures)
+        print(f"job {script.job_id}: {len(script.requests)} requests produced to "
+              f"{names.requests}", file=stream, flush=True)
+        if consumer is None:
+            return None
+        return await _follow(consumer, script, names.results, names.jobs, timeout_s,
+                             job_timeout_s, stream)
+    finally:
+        if consumer is not None:
+            await consumer.stop()
+        await producer.stop()
+
+
+async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic: str,
+                  timeout_s: float, job_timeout_s: float, stream: TextIO) -> Outcome:
+    progress = Progress(total=len(script.requests))
+    line = ProgressLine(progress, stream)
+    wanted = {r.request_id: i for i, r in enumerate(script.requests)}
+    results: dict[int, SynthesisResult] = {}
+    job: JobCompleted | None = None
+    deadline = time.monotonic() + timeout_s
+    job_deadline: float | None = None
+    line.update(force=True)
+    while True:
+        now = time.monotonic()
+        if len(results) == len(wanted) and job_deadline is None:
+            line.finish()
+            job_deadline = now + job_timeout_s
+        if job is not None or (job_deadline is not None and now >= job_deadline):
+            break
+        if job_deadline is None and now >= deadline:
+            line.finish()
+            return Outcome(results=results, job=None, timed_out=True)
+        batches = await consumer.getmany(timeout_ms=250)
+        for tp, records in batches.items():
+            for rec in records:
+                if tp.topic == jobs_topic:
+                    if rec.key == script.job_id.encode() and rec.value:
+                        job = decode_job(rec.value)
+                    continue
+                result = decode_result(rec.value or b"{}")
+                index = wanted.get(result.request_id)
+                if index is None or index in results or result.job is None:
+                    continue  # another job's result, or a duplicate
+                results[index] = result
+                progress.add(result)
+        if job_deadline is None:
+            line.update()
+    return Outcome(results=results, job=job, timed_out=False)
+
+
+def run_command(settings: Settings, script: Script, *, wait: bool, timeout_s: float,
+                job_timeout_s: float, out: TextIO = sys.stdout,
+                err: TextIO = sys.stderr) -> int:
+    """`job run` after the script parsed: 0 when every line succeeded (or, without --wait,
+    when every request was produced), 1 otherwise."""
+    store = store_for(settings)
+    put_manifest(store, script)
+    print(f"job {script.job_id}: script s3://{store.bucket}/{job_script_key(script.job_id)}",
+          file=err)
+    outcome = asyncio.run(run_job(settings, script, wait=wait, timeout_s=timeout_s,
+                                  job_timeout_s=job_timeout_s, stream=err))
+    total = len(script.requests)
+    if outcome is None:
+        return 0
+    print(summary_table(script, outcome.results), file=out)
+    if outcome.timed_out:
+        print(f"timed out after {timeout_s:.0f} s with {total - len(outcome.results)} lines "
+              "unanswered; is a worker running (`voicefactory worker`)?", file=err)
+    elif outcome.job is not None:
+        print(describe_job(outcome.job), file=out)
+    elif job_timeout_s > 0:
+        print(f"no job event within {job_timeout_s:.0f} s of the last result; is "
+              "`voicefactory aggregator` running?", file=err)
+    return 0 if outcome.all_succeeded(total) else 1
+
+
+async def tail_results(settings: Settings, *, from_beginning: bool, out: TextIO,
+                       limit: int | None = None, idle_s: float | None = None) -> int:
+    """`results tail`: one line per result on every partition, until interrupted (or
+    `limit` results, or `idle_s` seconds without one). Returns the count printed."""
+    topic = topic_names(settings.topic_prefix).results
+    consumer = make_consumer(settings, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    count = 0
+    try:
+        if topic not in await consumer.topics():
+            raise RuntimeError(f"topic {topic} does not exist; run `voicefactory topics "
+                               "create`")
+        # The contract's count; `topics describe` reports a topic that drifted from it.
+        tps = [TopicPartition(topic, p) for p in range(RESULTS.partitions)]
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        last = time.monotonic()
+        while limit is None or count < limit:
+            if idle_s is not None and time.monotonic() - last > idle_s:
+                break
+            records = [r for batch in (await consumer.getmany(timeout_ms=250)).values()
+                       for r in batch]
+            for rec in records[:None if limit is None else limit - count]:
+                out.write(result_line(decode_result(rec.value or b"{}")) + "\n")
+                count += 1
+                last = time.monotonic()
+            out.flush()
+    finally:
+        await consumer.stop()
+    return count
+
+
+def result_line(result: SynthesisResult) -> str:
+    job = f" job={result.job.id}#{result.job.index}/{result.job.total}" if result.job else ""
+    if result.audio is not None:
+        detail = f"{result.audio.duration_s:.2f}s s3://{result.audio.bucket}/{result.audio.key}"
+    elif result.error is not None:
+        detail = f"{result.error.code}: {result.error.message}"
+    else:
+        detail = "-"
+    return (f"{result.completed_at} {result.status:<9} {result.request_id} "
+            f"voice={result.voice_id}{job} {detail}")

@@ -1,0 +1,60 @@
+"""The faust app's wiring, without a broker: names, table, partitions, credentials."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faust
+import pytest
+
+from consumers.aggregator.app import JobAggregator, app_id, broker_credentials
+from topics.config import Secret, Settings
+
+
+def test_the_app_its_group_and_its_changelog_carry_the_topic_prefix(tmp_path: Path) -> None:
+    settings = Settings(topic_prefix="acme.", aggregator_port=-1, job_timeout_seconds=8)
+    agg = JobAggregator(settings, datadir=tmp_path / "faust")
+    assert app_id(settings) == "acme.vf-aggregator"
+    assert agg.app.conf.id == "acme.vf-aggregator"
+    assert agg.table.changelog_topic.get_topic_name() == "acme.vf-aggregator-jobs-changelog"
+    assert agg.results.get_topic_name() == "acme.tts.results"
+    # co-partitioned with tts.results, so a job's state lives with its results
+    assert agg.table.partitions == 12 and agg.table.use_partitioner
+    assert Path(str(agg.app.conf.datadir)) == tmp_path / "faust"
+    assert agg.app.conf.web_enabled is False
+    assert [str(u) for u in agg.app.conf.broker] == ["kafka://127.0.0.1:9092"]
+
+
+def test_the_web_port_serves_health_and_metrics_when_enabled(tmp_path: Path) -> None:
+    agg = JobAggregator(Settings(aggregator_port=19109, metrics_host="127.0.0.1"),
+                        datadir=tmp_path)
+    assert agg.app.conf.web_enabled and agg.app.conf.web_port == 19109
+    assert set(agg.app.web.views) == {"/healthz", "/readyz", "/metrics"}
+
+
+async def test_the_metrics_page_renders_this_aggregators_own_registry(tmp_path: Path) -> None:
+    agg = JobAggregator(Settings(aggregator_port=19109, metrics_host="127.0.0.1"),
+                        datadir=tmp_path)
+    agg.metrics.on_result("late")
+    other = JobAggregator(Settings(aggregator_port=19110), datadir=tmp_path / "other")
+    response = await agg.app.web.views["/metrics"].get(None)  # the page ignores its request
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    body = response.body.decode()  # aiohttp Response: the exposition bytes
+    assert 'vf_job_results_total{outcome="late"} 1.0' in body
+    assert "# TYPE vf_jobs_open gauge" in body
+    assert other.metrics.render()[0].count(b'outcome="late"} 0.0') == 1
+
+
+def test_credentials_follow_the_security_protocol() -> None:
+    assert broker_credentials(Settings()) is None
+    sasl = broker_credentials(Settings(kafka_security_protocol="SASL_SSL",
+                                       kafka_sasl_mechanism="SCRAM-SHA-512",
+                                       kafka_sasl_username="u",
+                                       kafka_sasl_password=Secret("p")))
+    assert isinstance(sasl, faust.SASLCredentials)
+    assert sasl.username == "u" and sasl.password == "p" and sasl.ssl_context is not None
+    assert str(sasl.mechanism.value) == "SCRAM-SHA-512"
+    assert isinstance(broker_credentials(Settings(kafka_security_protocol="SSL")),
+                      faust.SSLCredentials)
+    with pytest.raises(ValueError, match="VF_KAFKA_SECURITY_PROTOCOL 'KERBEROS'"):
+        broker_credentials(Settings(kafka_security_protocol="KERBEROS"))
