@@ -29,8 +29,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.assignors import _settle
 from bench import routing
+from bench.assignors import _settle
 from bench.harness import BenchContext
 from bench.outcome import Outcome, md_table
 from bench.workload import voice_id, zipf_voices

@@ -45,7 +45,7 @@ from topics.events import encode as encode_event
 from topics.specs import REQUESTS, RESULTS, topic_names
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass

@@ -31,10 +31,10 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from consumers.worker.batching import BatcherClosed, VoiceBatcher
 from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import assignors, make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
+from consumers.worker.batching import BatcherClosed, VoiceBatcher
 from consumers.worker.offsets import OffsetTracker
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.clients.produce import publish_voice_tombstone, request_and_wait
 from consumers.clients.demo import REFERENCE_TEXT, make_reference
+from consumers.clients.produce import publish_voice_tombstone, request_and_wait
 from consumers.wiring import make_store
 from pipeline import keys
 from pipeline.voices import register_voice, remove_voice

@@ -173,7 +173,7 @@ def test_job_and_result_one_liners() -> None:
 
 
 def test_the_video_factory_example_script_is_a_valid_job() -> None:
-    example = Path(__file__).resolve().parents[3] / "docs/examples/video-factory/episode-12.yaml"
+    example = Path(__file__).resolve().parents[4] / "docs/examples/video-factory/episode-12.yaml"
     script = load_script(example)
     assert script.manifest.concat and script.manifest.gap_ms == 350
     assert {r.voice_id for r in script.requests} == {"narrator", "mei", "tom"}
