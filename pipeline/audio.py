@@ -12,6 +12,8 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
+from topics.errors import ErrorCode, LocalError
+
 Samples = npt.NDArray[np.float32]
 
 
@@ -25,8 +27,10 @@ class Audio:
         return len(self.samples) / self.sample_rate if self.sample_rate else 0.0
 
 
-class AudioDecodeError(ValueError):
-    pass
+class AudioDecodeError(LocalError, ValueError):
+    """Bytes that are not audio this build can decode."""
+
+    default_code = ErrorCode.REFERENCE_INVALID
 
 
 def decode(data: bytes) -> Audio:

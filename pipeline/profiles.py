@@ -18,13 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.engines.base import Profile
+from topics.errors import ErrorCode, LocalError
 
 FORMAT = "voicefactory.profile.v1"
 ProfileKey = tuple[str, str, str]  # (voice_id, sha256, engine)
 
 
-class ProfileFormatError(ValueError):
+class ProfileFormatError(LocalError, ValueError):
     """A stored profile that is not ours or not this version: recompute it."""
+
+    default_code = ErrorCode.ENGINE_ERROR
 
 
 def to_safetensors(profile: Profile) -> bytes:

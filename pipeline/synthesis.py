@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pipeline import keys
+from pipeline.answers import Answers, now_iso
 from pipeline.audio import Audio
 from pipeline.encode import CONTENT_TYPES, encode, resample, target_rate
 from pipeline.engines.base import (
@@ -44,10 +45,6 @@ from topics.events import AudioRef, ErrorInfo, Quality, SynthesisRequest, Synthe
 from topics.validation import parse_deadline
 
 Outcome = SynthesisResult | VoiceFactoryError
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -91,10 +88,8 @@ class RequestProcessor:
         self._worker = worker
         self._presign_seconds = presign_seconds
         self.oom_splits = 0
-
-    @property
-    def engine_name(self) -> str:
-        return self._engine.name
+        # Answers for requests that never reach the stages below (invalid, out of retries).
+        self.answers = Answers(engine=engine.name, worker=worker)
 
     def store_reachable(self) -> bool:
         return self._store.reachable()
@@ -258,16 +253,6 @@ class RequestProcessor:
             completed_at=now_iso(), audio=audio, error=error, job=request.job,
             metadata=request.metadata, timings_ms=timings, rtf=rtf, engine=self._engine.name,
             worker=self._worker, attempt=p.received.attempt, quality=quality)
-
-    def rejected(self, request_id: str, voice_id: str | None, code: ErrorCode, message: str, *,
-                 request: SynthesisRequest | None = None, attempt: int = 1,
-                 status: str = "rejected", retryable: bool = False) -> SynthesisResult:
-        return SynthesisResult(
-            request_id=request_id, voice_id=voice_id or "", status=status,  # type: ignore[arg-type]
-            completed_at=now_iso(),
-            error=ErrorInfo(code=code.value, message=message, retryable=retryable),
-            job=request.job if request else None, metadata=request.metadata if request else None,
-            engine=self._engine.name, worker=self._worker, attempt=attempt)
 
 
 def _ms(seconds: float) -> float:

@@ -6,6 +6,7 @@ Every failure a user can see carries an `ErrorCode`; the retry policy reads `ret
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
 
 
 class ErrorCode(StrEnum):
@@ -50,3 +51,17 @@ class InvalidRequest(VoiceFactoryError):
         super().__init__(code, message, retryable=False)
         self.request_id = request_id
         self.voice_id = voice_id
+
+
+class LocalError(VoiceFactoryError):
+    """An error raised and handled inside a process (a clip that does not decode, an engine
+    that cannot load), not produced as such: it reads as its message alone, and `code` names
+    the result code it becomes if a request's answer ever carries it."""
+
+    default_code: ClassVar[ErrorCode] = ErrorCode.INVALID_REQUEST
+
+    def __init__(self, message: str) -> None:
+        super().__init__(self.default_code, message, retryable=False)
+
+    def __str__(self) -> str:
+        return self.message

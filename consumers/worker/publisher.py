@@ -17,7 +17,7 @@ from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaError
 
 from consumers.tracing import child_traceparent
-from pipeline.synthesis import now_iso
+from pipeline.answers import now_iso
 from topics.events import DeadLetter, SynthesisResult, encode
 from topics.specs import TopicNames
 

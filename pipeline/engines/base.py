@@ -13,11 +13,13 @@ from typing import Protocol
 import numpy as np
 
 from pipeline.audio import Audio
-from topics.errors import ErrorCode, VoiceFactoryError
+from topics.errors import ErrorCode, LocalError, VoiceFactoryError
 
 
-class EngineUnavailable(RuntimeError):
+class EngineUnavailable(LocalError, RuntimeError):
     """The engine cannot start here (binary or weights missing); message says what to do."""
+
+    default_code = ErrorCode.ENGINE_ERROR
 
 
 class EngineOutOfMemory(VoiceFactoryError):
