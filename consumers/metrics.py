@@ -156,8 +156,8 @@ class WorkerMetrics:
     def on_dlq(self, code: str) -> None:
         self._dlq.labels(reason_code=str(code)).inc()
 
-    def on_commit(self, n_partitions: int) -> None:
-        """One commit call covering `n_partitions` partitions counts once."""
+    def on_commit(self) -> None:
+        """One commit call counts once, however many partitions it covers."""
         self._commits.inc()
 
     def on_rebalance(self, kind: str, n: int) -> None:

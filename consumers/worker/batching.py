@@ -78,10 +78,6 @@ class VoiceBatcher(Generic[T]):
     def full(self) -> bool:
         return self._size >= self.capacity
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def close(self) -> None:
         self._closed = True
         self._changed.set()

@@ -1,94 +1,104 @@
 """The synthesis worker: `tts.requests` -> audio objects + `tts.results`, then commit.
 
-    fetch loop ──decode──> DLQ / rejected ─────────────────────────┐
-        │  valid                                                   │
-        v                                                          v
-    VoiceBatcher (bounded; full -> pause partitions)          Publisher (acks=all)
-        │ same-voice batches                                       │
-        v                                                          v
-    2 x max_inflight dispatch tasks -> processor.process_batch OffsetTracker.done
-        (in threads; max_inflight of them in the engine at once)   │
-                        retryable -> backoff -> back in queue      │
-                                                                   v
-                                             commit loop: contiguous offsets per partition
+    fetch loop (here) ── Checkpoint.begin: offset pending, record in flight
+        │ decode fails ──> DLQ / rejected answer ──────────────────────────┐
+        │ valid: InFlightRequest (inflight.py)                             │
+        v                                                                  │
+    VoiceBatcher (batching.py; bounded: full -> pause partitions)          │
+        │ same-voice batches                                               │
+        v                                                                  v
+    2 x max_inflight dispatch tasks (here)         Checkpoint.answer (checkpoint.py):
+        -> processor.process_batch, in threads:      2. Publisher (publisher.py): result
+           1. object stored (pipeline/)                 and/or DLQ record, acks=all
+        retryable: RetryPolicy (retry.py) decides    3. offset done (offsets.py)
+        give up -> failed answer + DLQ ──────────>                     │
+        or backoff -> back in the queue                                v
+                                           4. Checkpoint.commit, every 0.5 s: contiguous
+                                              done offsets per partition; lag after it
+    revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> wait for in-flight
+        -> commit -> forget
 
 A record's offset becomes committable only after its answer is acknowledged, and only once
 every earlier record of its partition is too. A crash before that redelivers the record; the
-object store answers it without a second synthesis.
+object store answers it without a second synthesis. In-flight bookkeeping (pending offsets,
+records in flight per partition, records waiting to retry, revoked partitions) lives in the
+Checkpoint; this module keeps only its task handles and the number of batches in the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import signal
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 
 from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import assignors, make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
 from consumers.worker.batching import BatcherClosed, VoiceBatcher
-from consumers.worker.offsets import OffsetTracker
+from consumers.worker.checkpoint import Checkpoint
+from consumers.worker.inflight import InFlightRequest
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
+from consumers.worker.retry import RetryPolicy
 from pipeline.synthesis import Received, RequestProcessor
 from topics.config import Settings
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
-from topics.events import SynthesisRequest, SynthesisResult
+from topics.events import DeadLetter, SynthesisResult
 from topics.specs import topic_names
 from topics.validation import decode_request
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Job:
-    record: ConsumerRecord[bytes, bytes]
-    tp: TopicPartition
-    request: SynthesisRequest
-    stamp: datetime
-    attempt: int = 1
-    first_failure: float | None = None  # monotonic time of the first retryable failure
-
-    def ctx(self) -> dict[str, Any]:
-        return {"partition": self.tp.partition, "offset": self.record.offset,
-                "request_id": self.request.request_id, "voice_id": self.request.voice_id}
+def _engine_loaded() -> bool:
+    # A RequestProcessor is built around an engine that is already loaded; wiring that loads
+    # the engine after the health server starts passes its own `engine_ready`.
+    return True
 
 
 class SynthesisWorker:
     def __init__(self, *, settings: Settings, processor: RequestProcessor,
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
-                 commit_interval_s: float = 0.5) -> None:
+                 commit_interval_s: float = 0.5,
+                 engine_ready: Callable[[], bool] | None = None) -> None:
+        s = settings
         self._settings = settings
         self._processor = processor
-        self._names = topic_names(settings.topic_prefix)
+        self._names = topic_names(s.topic_prefix)
         self.metrics = metrics or WorkerMetrics()
-        self._retry_base_s = retry_base_s
+        self._engine_ready = engine_ready or _engine_loaded
         self._commit_interval_s = commit_interval_s
-        self.tracker = OffsetTracker()
-        self.batcher: VoiceBatcher[Job] = VoiceBatcher(
-            max_batch=settings.max_batch, batch_wait_s=settings.batch_wait_ms / 1000,
-            capacity=settings.queue_capacity,
-            idle=lambda: self._active_batches < settings.max_inflight)
+        self.retry = RetryPolicy(max_attempts=s.max_attempts,
+                                 storage_retry_s=s.storage_retry_seconds,
+                                 base_delay_s=retry_base_s, max_delay_s=s.retry_max_delay_s)
+        self.batcher: VoiceBatcher[InFlightRequest] = VoiceBatcher(
+            max_batch=s.max_batch, batch_wait_s=s.batch_wait_ms / 1000,
+            capacity=s.queue_capacity, idle=lambda: self._running_batches < s.max_inflight)
         self.heartbeat = Heartbeat()
-        self.revoked: set[TopicPartition] = set()
-        self.inflight_by_tp: dict[TopicPartition, int] = {}
+        self.checkpoint: Checkpoint | None = None  # built in run(), around the Kafka clients
         self._stopping = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # handles only, to cancel at the drain
         self._consumer: Any = None
-        self._publisher: Publisher | None = None
-        self._active_batches = 0
-        self._last_broker_ok = 0.0
+        self._running_batches = 0
+        self._last_fetch_ok = 0.0
         self.health: HealthServer | None = None
-        self.processed = 0
-        self.waiting_retry = 0
+
+    @property
+    def processed(self) -> int:
+        """Records answered (result or DLQ acknowledged) since run() started."""
+        return 0 if self.checkpoint is None else self.checkpoint.answered
+
+    @property
+    def _cp(self) -> Checkpoint:
+        assert self.checkpoint is not None, "the checkpoint exists once run() started"
+        return self.checkpoint
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -115,12 +125,15 @@ class SynthesisWorker:
             group_instance_id=s.instance_id or None, session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
             max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor))
-        consumer.subscribe([self._names.requests], listener=RevocationListener(self))
         producer = make_producer(s, linger_ms=2)
+        self._consumer = consumer
+        self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
+                                     publisher=Publisher(producer=producer, names=self._names))
+        consumer.subscribe([self._names.requests], listener=RevocationListener(
+            checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,
+            grace_s=s.revoke_grace_seconds))
         await producer.start()
         await consumer.start()
-        self._consumer = consumer
-        self._publisher = Publisher(producer=producer, names=self._names)
         if s.metrics_port >= 0:
             self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
                                        metrics=self.metrics, liveness=self._liveness,
@@ -147,15 +160,15 @@ class SynthesisWorker:
 
     async def _drain(self, loops: list[asyncio.Task[None]],
                      dispatchers: list[asyncio.Task[None]]) -> None:
-        """Stop fetching -> finish queued and in-flight batches -> publish -> commit."""
+        """Stop fetching -> finish queued and in-flight requests -> publish -> commit."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.drain_seconds
         loops[0].cancel()
         self.batcher.close()  # dispatchers hand out what is queued, then exit
         await asyncio.wait(dispatchers, timeout=self._settings.drain_seconds)
-        # Dispatchers spawn the publishing tasks; wait for those (and any they spawn) too.
-        while self._tasks and loop.time() < deadline:
-            await asyncio.wait(set(self._tasks), timeout=deadline - loop.time())
+        # Then every record taken off the broker is answered or given back (retry timers
+        # give theirs back once they see the stop).
+        await self._cp.wait_idle(None, max(0.0, deadline - loop.time()))
         late = [t for t in [*dispatchers, *self._tasks] if not t.done()]
         for task in late:
             task.cancel()
@@ -164,182 +177,154 @@ class SynthesisWorker:
                         len(late), self._settings.drain_seconds)
         loops[1].cancel()
         await asyncio.gather(*loops, *late, return_exceptions=True)
-        await self.commit()
+        await self._cp.commit()
 
     # -- fetching ----------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
-        consumer = self._consumer
+        consumer, cp, capacity = self._consumer, self._cp, self._settings.queue_capacity
         while True:
             self.heartbeat.beat()
             # Requests waiting to be retried count too: a store outage must not turn into
             # an unbounded pile of retry timers.
-            queued = self.batcher.qsize() + self.waiting_retry
-            full = queued >= self._settings.queue_capacity
-            assigned = consumer.assignment()
-            if full:
-                consumer.pause(*assigned)
+            queued = self.batcher.qsize() + cp.retry_waiting
+            if queued >= capacity:
+                consumer.pause(*consumer.assignment())
             elif consumer.paused():
                 consumer.resume(*consumer.paused())
             self.metrics.set_paused(len(consumer.paused()))
-            room = max(1, self._settings.queue_capacity - queued)
             try:
-                batches = await consumer.getmany(timeout_ms=200, max_records=room)
+                batches = await consumer.getmany(timeout_ms=200,
+                                                 max_records=max(1, capacity - queued))
             except KafkaError as exc:
                 log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(0.5)
                 continue
-            self._last_broker_ok = time.monotonic()
+            self._last_fetch_ok = time.monotonic()
             for tp, records in batches.items():
-                if tp in self.revoked:
+                if not cp.owns(tp):
                     continue
                 for rec in records:
                     self._accept(tp, rec)
             self.metrics.set_queue_depth(self.batcher.qsize())
 
     def _accept(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes]) -> None:
-        self.tracker.add(tp, rec.offset)
-        self.metrics.on_request_in()
         ctx = {"partition": rec.partition, "offset": rec.offset}
+        if not self._cp.begin(tp, rec.offset):  # step 0
+            log.debug("refetched record already in flight or answered: skipped", extra=ctx)
+            return
+        self.metrics.on_request_in()
         try:
             request = decode_request(rec.value)
         except UndecodableMessage as exc:
             log.warning("undecodable message to the DLQ: %s", exc.message, extra=ctx)
             self.metrics.on_dlq(exc.code.value)
-            self._spawn(self._answer(tp, rec, dlq=dead_letter(rec, str(exc))))
+            self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))))
             return
         except InvalidRequest as exc:
             log.info("rejected: %s", exc, extra={**ctx, "request_id": exc.request_id,
                                                  "voice_id": exc.voice_id})
             if exc.request_id is None:  # nobody to answer: keep the bytes in the DLQ
                 self.metrics.on_dlq(exc.code.value)
-                self._spawn(self._answer(tp, rec, dlq=dead_letter(rec, str(exc))))
+                self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))))
                 return
-            result = self._processor.rejected(exc.request_id, exc.voice_id, exc.code,
-                                              exc.message)
-            self._spawn(self._answer(tp, rec, result=result))
+            result = self._processor.answers.rejected(exc)
+            self._spawn(self._cp.answer(tp, rec, result=result))
             return
         stamp = datetime.fromtimestamp(rec.timestamp / 1000, UTC)
-        self._enqueue(Job(rec, tp, request, stamp))
-
-    def _enqueue(self, job: Job) -> None:
-        self.inflight_by_tp[job.tp] = self.inflight_by_tp.get(job.tp, 0) + 1
-        self.batcher.put(job.request.voice_id, job)
+        self.batcher.put(request.voice_id, InFlightRequest(rec, tp, request, stamp))
 
     # -- synthesis ---------------------------------------------------------------------
 
     async def _dispatch_loop(self) -> None:
         while True:
             try:
-                _voice, jobs = await self.batcher.next_batch()
+                _voice, reqs = await self.batcher.next_batch()
             except BatcherClosed:
                 return
-            jobs = [j for j in jobs if self._owned(j)]
-            if jobs:
-                await self._run_batch(jobs)
+            reqs = [r for r in reqs if self._owned(r)]
+            if reqs:
+                await self._run_batch(reqs)
 
-    async def _run_batch(self, jobs: list[Job]) -> None:
+    async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
         now_ms = time.time() * 1000
-        items = [(j.request, Received(timestamp=j.stamp, attempt=j.attempt,
-                                      queued_ms=max(0.0, now_ms - j.record.timestamp)))
-                 for j in jobs]
-        self._active_batches += 1
-        self.metrics.set_inflight(self._active_batches)
+        items = [(r.request, Received(timestamp=r.stamp, attempt=r.attempt,
+                                      queued_ms=max(0.0, now_ms - r.record.timestamp)))
+                 for r in reqs]
+        self._running_batches += 1
+        self.metrics.set_inflight(self._running_batches)
         started = time.perf_counter()
-        try:
+        try:  # step 1 happens in there: the processor stores each output before answering
             outcomes = await asyncio.to_thread(self._processor.process_batch, items)
         except Exception as exc:  # a bug must not block partitions: answer each as failed
-            log.exception("batch of %d crashed", len(jobs))
+            log.exception("batch of %d crashed", len(reqs))
             outcomes = [VoiceFactoryError(ErrorCode.ENGINE_ERROR, f"internal error: {exc!r}",
-                                          retryable=True) for _ in jobs]
+                                          retryable=True) for _ in reqs]
         finally:
-            self._active_batches -= 1
-            self.metrics.set_inflight(self._active_batches)
-        self.metrics.on_batch_done(len(jobs), time.perf_counter() - started)
-        for job, outcome in zip(jobs, outcomes, strict=True):
+            self._running_batches -= 1
+            self.metrics.set_inflight(self._running_batches)
+        self.metrics.on_batch_done(len(reqs), time.perf_counter() - started)
+        for req, outcome in zip(reqs, outcomes, strict=True):
             if isinstance(outcome, SynthesisResult):
-                self._finish(job, outcome)
-            elif not self._give_up(job, outcome):
-                self._retry_later(job, outcome)
+                self._finish(req, outcome)
+            elif not self._give_up(req, outcome):
+                self._retry_later(req, outcome)
             else:
-                log.error("failed after %d attempts: %s", job.attempt, outcome, extra=job.ctx())
-                failed = self._processor.rejected(
-                    job.request.request_id, job.request.voice_id, outcome.code, outcome.message,
-                    request=job.request, attempt=job.attempt, status="failed", retryable=True)
+                log.error("failed after %d attempts: %s", req.attempt, outcome, extra=req.ctx())
+                failed = self._processor.answers.failed(req.request, outcome, req.attempt)
                 self.metrics.on_dlq(outcome.code.value)
-                self._finish(job, failed, dlq=dead_letter(job.record, str(outcome)))
+                self._finish(req, failed, dlq=dead_letter(req.record, str(outcome)))
 
-    def _give_up(self, job: Job, error: VoiceFactoryError) -> bool:
-        """Engine errors get `max_attempts`; a store outage is everyone's problem, not this
-        request's, so storage errors retry for `storage_retry_seconds` instead."""
+    def _give_up(self, req: InFlightRequest, error: VoiceFactoryError) -> bool:
         now = time.monotonic()
-        if job.first_failure is None:
-            job.first_failure = now
-        if error.code is ErrorCode.STORAGE_ERROR:
-            return now - job.first_failure >= self._settings.storage_retry_seconds
-        return job.attempt >= self._settings.max_attempts
+        if req.first_failure is None:
+            req.first_failure = now
+        return self.retry.give_up(error.code, attempt=req.attempt,
+                                  failing_for_s=now - req.first_failure)
 
-    def _retry_later(self, job: Job, error: VoiceFactoryError) -> None:
-        exp = min(self._retry_base_s * 2 ** (job.attempt - 1), self._settings.retry_max_delay_s)
-        delay = exp * random.uniform(0.5, 1.5)  # noqa: S311 - jitter, not crypto
-        log.warning("attempt %d failed (%s), retrying in %.2f s", job.attempt, error, delay,
-                    extra=job.ctx())
+    def _retry_later(self, req: InFlightRequest, error: VoiceFactoryError) -> None:
+        delay = self.retry.delay(req.attempt)
+        log.warning("attempt %d failed (%s), retrying in %.2f s", req.attempt, error, delay,
+                    extra=req.ctx())
         self.metrics.on_retry(error.code.value)
 
         async def later() -> None:
-            self.waiting_retry += 1
+            cp = self._cp
             try:
-                await asyncio.sleep(delay)
-            finally:
-                self.waiting_retry -= 1
-            job.attempt += 1
-            if self._owned(job) and not self._stopping.is_set():
-                self.batcher.put(job.request.voice_id, job)
-            else:  # revoked or shutting down: the next owner redelivers it
-                self._release(job.tp)
+                with cp.waiting_retry():
+                    await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                cp.abandon(req.tp, req.record.offset)
+                raise
+            req.attempt += 1
+            if not self._owned(req):  # revoked meanwhile: given back to the next owner
+                return
+            if self._stopping.is_set():  # shutting down: the next start redelivers it
+                cp.abandon(req.tp, req.record.offset)
+                return
+            self.batcher.put(req.request.voice_id, req)
 
         self._spawn(later())
 
-    def _finish(self, job: Job, result: SynthesisResult, dlq: Any = None) -> None:
+    def _finish(self, req: InFlightRequest, result: SynthesisResult,
+                dlq: DeadLetter | None = None) -> None:
         code = result.error.code if result.error else None
         log.info("%s in %.0f ms", result.status, result.timings_ms.get("total", 0),
-                 extra={**job.ctx(), "stage": "done"})
+                 extra={**req.ctx(), "stage": "done"})
         self.metrics.on_result(result.status, code)
         self.metrics.observe_stages(result.timings_ms)
         if result.rtf:
             self.metrics.observe_rtf(result.rtf)
+        self._spawn(self._cp.answer(req.tp, req.record, result=result, dlq=dlq))  # steps 2-3
 
-        async def publish() -> None:
-            try:
-                await self._answer(job.tp, job.record, result=result, dlq=dlq)
-            finally:
-                self._release(job.tp)
+    def _owned(self, req: InFlightRequest) -> bool:
+        """False (and the record given back) once its partition is revoked."""
+        if self._cp.owns(req.tp):
+            return True
+        self._cp.abandon(req.tp, req.record.offset)
+        return False
 
-        self._spawn(publish())
-
-    async def _answer(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes], *,
-                      result: SynthesisResult | None = None, dlq: Any = None) -> None:
-        assert self._publisher is not None
-        await self._publisher.publish(rec, result=result, dlq=dlq)
-        self.processed += 1
-        # Also while a revocation waits for in-flight work (that commit needs these); a no-op
-        # once the partition is forgotten.
-        self.tracker.done(tp, rec.offset)
-
-    def _release(self, tp: TopicPartition) -> None:
-        left = self.inflight_by_tp.get(tp, 0) - 1
-        if left > 0:
-            self.inflight_by_tp[tp] = left
-        else:
-            self.inflight_by_tp.pop(tp, None)
-
-    def _owned(self, job: Job) -> bool:
-        if job.tp in self.revoked:
-            self._release(job.tp)
-            return False
-        return True
-
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -349,38 +334,8 @@ class SynthesisWorker:
     async def _commit_loop(self) -> None:
         while True:
             await asyncio.sleep(self._commit_interval_s)
-            await self.commit()
-            self._update_lag()
-
-    async def commit(self, only: set[TopicPartition] | None = None) -> None:
-        candidates = self.tracker.committable()
-        offsets = ({tp: off for tp, off in candidates.items() if tp in only} if only is not None
-                   else {tp: off for tp, off in candidates.items() if tp not in self.revoked})
-        if not offsets or self._consumer is None:
-            return
-        try:
-            await self._consumer.commit(offsets)
-        except (CommitFailedError, IllegalStateError) as exc:
-            # The group moved on: the new owner redelivers these and answers them from the store.
-            log.warning("commit of %d partitions failed after a rebalance: %s", len(offsets), exc)
-            return
-        except KafkaError as exc:
-            log.warning("commit failed (%s); will retry", exc)
-            return
-        self._last_broker_ok = time.monotonic()
-        self.tracker.mark_committed(offsets)
-        self.metrics.on_commit(len(offsets))
-
-    def _update_lag(self) -> None:
-        consumer = self._consumer
-        for tp in consumer.assignment():
-            high = consumer.highwater(tp)
-            if high is None:
-                continue
-            done = self.tracker.committed(tp)
-            if done is None:
-                continue
-            self.metrics.set_lag(tp.topic, tp.partition, max(0, high - done))
+            await self._cp.commit()  # step 4
+            self._cp.update_lag()
 
     def _liveness(self) -> tuple[bool, dict[str, object]]:
         alive = self.heartbeat.alive(30.0)
@@ -389,13 +344,14 @@ class SynthesisWorker:
 
     async def _readiness(self) -> tuple[bool, dict[str, object]]:
         store_ok = await asyncio.to_thread(self._processor.store_reachable)
+        broker_ok = max(self._last_fetch_ok,
+                        self.checkpoint.last_commit_ok if self.checkpoint else 0.0)
         checks: dict[str, object] = {
-            "engine_loaded": True,
-            "broker": time.monotonic() - self._last_broker_ok < 30.0,
+            "engine_loaded": bool(self._engine_ready()),
+            "broker": time.monotonic() - broker_ok < 30.0,
             "store": store_ok,
             "assignment": bool(self._consumer and self._consumer.assignment()),
             "draining": self._stopping.is_set(),
         }
         ready = all(checks[k] for k in ("engine_loaded", "broker", "store", "assignment"))
         return ready and not self._stopping.is_set(), checks
-

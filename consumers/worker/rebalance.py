@@ -1,56 +1,56 @@
 """Partition revocation and assignment for the synthesis worker.
 
-revoked: mark the partitions (no new work starts for them) -> drop their queued requests ->
-wait up to the grace period for their in-flight requests -> commit what finished -> forget
-them. What did not finish is abandoned to the new owner, which redelivers it; the stored
-objects make that cheap. aiokafka awaits this listener before it rejoins the group.
+on_partitions_revoked, in order: 1. mark the partitions revoked in the Checkpoint (no new
+work starts for them) -> 2. drop their queued requests from the batcher -> 3. wait up to
+the grace period for their in-flight requests -> 4. commit what finished -> 5. forget them.
+What did not finish is abandoned to the new owner, which redelivers it; the stored objects
+make that cheap. aiokafka awaits this listener before it rejoins the group.
+
+The listener talks to the Checkpoint (offsets, in-flight records, commits) and the batcher
+(queued work) it is given, never to the worker loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from typing import TYPE_CHECKING
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
-if TYPE_CHECKING:
-    from consumers.worker.loop import SynthesisWorker
+from consumers.metrics import WorkerMetrics
+from consumers.worker.batching import VoiceBatcher
+from consumers.worker.checkpoint import Checkpoint
+from consumers.worker.inflight import InFlightRequest
 
 log = logging.getLogger(__name__)
 
 
 class RevocationListener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, worker: SynthesisWorker) -> None:
-        self._worker = worker
+    def __init__(self, *, checkpoint: Checkpoint, batcher: VoiceBatcher[InFlightRequest],
+                 metrics: WorkerMetrics, grace_s: float) -> None:
+        self._checkpoint = checkpoint
+        self._batcher = batcher
+        self._metrics = metrics
+        self._grace_s = grace_s
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        w = self._worker
         if not revoked:
             return
-        w.revoked.update(revoked)
-        dropped = w.batcher.drop(lambda job: job.tp in revoked)
-        for job in dropped:
-            w._release(job.tp)
-        deadline = time.monotonic() + w._settings.revoke_grace_seconds
-        while any(w.inflight_by_tp.get(tp, 0) > 0 for tp in revoked):
-            if time.monotonic() > deadline:
-                log.warning("revocation: in-flight work on %s abandoned after %.0f s",
-                            sorted(tp.partition for tp in revoked),
-                            w._settings.revoke_grace_seconds)
-                break
-            await asyncio.sleep(0.05)
-        await w.commit(only=set(revoked))
-        w.tracker.forget(revoked)
-        for tp in revoked:
-            w.metrics.clear_lag(tp.topic, tp.partition)
-        w.metrics.on_rebalance("revoked", len(revoked))
+        revoked = set(revoked)
+        cp = self._checkpoint
+        cp.revoke(revoked)  # 1
+        dropped = self._batcher.drop(lambda req: req.tp in revoked)  # 2
+        for req in dropped:
+            cp.abandon(req.tp, req.record.offset)
+        if not await cp.wait_idle(revoked, self._grace_s):  # 3
+            log.warning("revocation: in-flight work on %s abandoned after %.0f s",
+                        sorted(tp.partition for tp in revoked), self._grace_s)
+        await cp.commit(only=revoked)  # 4
+        cp.forget(revoked)  # 5
+        self._metrics.on_rebalance("revoked", len(revoked))
         log.info("revoked partitions %s (%d queued requests left to the next owner)",
                  sorted(tp.partition for tp in revoked), len(dropped))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        w = self._worker
-        w.revoked.difference_update(assigned)
-        w.metrics.on_rebalance("assigned", len(assigned))
+        self._checkpoint.assign(assigned)
+        self._metrics.on_rebalance("assigned", len(assigned))
         log.info("assigned partitions %s", sorted(tp.partition for tp in assigned))
