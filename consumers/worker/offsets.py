@@ -52,17 +52,12 @@ class _Partition:
             self.position = passed + 1
         return True
 
-    @property
-    def pending(self) -> int:
-        return len(self.fetched) - len(self.done)
-
 
 class OffsetTracker:
     """Which offsets are safe to commit, per partition; pure bookkeeping, no Kafka I/O."""
 
     def __init__(self) -> None:
         self._parts: dict[TopicPartition, _Partition] = {}
-        self._pending = 0
 
     def add(self, tp: TopicPartition, offset: int) -> bool:
         """Record a fetched offset; False when it was already tracked or already passed."""
@@ -71,10 +66,7 @@ class OffsetTracker:
         part = self._parts.get(tp)
         if part is None:
             part = self._parts[tp] = _Partition()
-        if not part.add(offset):
-            return False
-        self._pending += 1
-        return True
+        return part.add(offset)
 
     def done(self, tp: TopicPartition, offset: int) -> bool:
         """Record that a fetched offset is finished.
@@ -83,10 +75,7 @@ class OffsetTracker:
         fetched, or it was already done: a late answer after a revocation is not an error.
         """
         part = self._parts.get(tp)
-        if part is None or not part.finish(offset):
-            return False
-        self._pending -= 1
-        return True
+        return part is not None and part.finish(offset)
 
     def committable(self) -> dict[TopicPartition, int]:
         """Offsets to commit for the partitions whose point moved since `mark_committed`."""
@@ -109,23 +98,7 @@ class OffsetTracker:
         part = self._parts.get(tp)
         return None if part is None else part.committed
 
-    def pending(self, tp: TopicPartition) -> int:
-        """Fetched offsets of `tp` that are not done yet."""
-        part = self._parts.get(tp)
-        return 0 if part is None else part.pending
-
-    def total_pending(self) -> int:
-        return self._pending
-
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Drop the state of revoked partitions; their unfinished offsets go to the next owner."""
         for tp in tps:
-            part = self._parts.pop(tp, None)
-            if part is not None:
-                self._pending -= part.pending
-
-    def partitions(self) -> frozenset[TopicPartition]:
-        return frozenset(self._parts)
-
-    def __contains__(self, tp: object) -> bool:
-        return tp in self._parts
+            self._parts.pop(tp, None)

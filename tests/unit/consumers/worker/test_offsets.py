@@ -23,7 +23,8 @@ def fetched(*offsets: int, tp: TopicPartition = P0) -> OffsetTracker:
 def test_nothing_is_committable_before_anything_is_done() -> None:
     tracker = fetched(0, 1, 2)
     assert tracker.committable() == {}
-    assert tracker.pending(P0) == 3
+    # All three are still outstanding: tracked, and the commit point has passed none.
+    assert [tracker.add(P0, offset) for offset in (0, 1, 2)] == [False, False, False]
 
 
 def test_out_of_order_completion_never_commits_past_an_unfinished_offset() -> None:
@@ -35,7 +36,7 @@ def test_out_of_order_completion_never_commits_past_an_unfinished_offset() -> No
     assert tracker.committable() == {P0: 3}  # 3 is still running
     tracker.done(P0, 3)
     assert tracker.committable() == {P0: 4}
-    assert tracker.pending(P0) == 0
+    assert [tracker.done(P0, offset) for offset in range(4)] == [False] * 4  # none pending
 
 
 def test_gaps_between_fetched_offsets_do_not_hold_the_commit_back() -> None:
@@ -77,13 +78,14 @@ def test_revocation_forgets_the_partition_and_ignores_late_answers() -> None:
     tracker.add(P0, 1)
     tracker.add(P1, 5)
     tracker.forget([P0])
-    assert tracker.partitions() == {P1}
-    assert P0 not in tracker
-    assert tracker.total_pending() == 1
     assert tracker.done(P0, 0) is False  # in-flight work finishing after the revocation
     assert tracker.committable() == {}
     tracker.mark_committed({P0: 2})  # ignored, not an error
-    assert tracker.partitions() == {P1}
+    assert tracker.committed(P0) is None
+    assert tracker.committable() == {}
+    assert tracker.done(P1, 5) is True  # the other partition keeps its pending offset
+    assert tracker.committable() == {P1: 6}
+    assert tracker.add(P0, 0) is True  # nothing of P0's old state is left
 
 
 def test_reassigned_partition_starts_afresh() -> None:
@@ -102,12 +104,11 @@ def test_duplicates_and_unknown_offsets_change_nothing() -> None:
     assert tracker.done(P0, 7) is False  # never fetched
     assert tracker.done(P0, 1) is True
     assert tracker.done(P0, 1) is False  # twice
-    assert tracker.pending(P0) == 1
     assert tracker.committable() == {}
-    tracker.done(P0, 0)
+    assert tracker.done(P0, 0) is True  # the one offset still pending
     assert tracker.add(P0, 0) is False  # redelivered after the point passed it
     assert tracker.committable() == {P0: 2}
-    assert tracker.total_pending() == 0
+    assert [tracker.done(P0, 0), tracker.done(P0, 1)] == [False, False]  # none pending
 
 
 def test_an_offset_fetched_out_of_order_still_holds_the_point() -> None:
@@ -125,16 +126,17 @@ def test_negative_offsets_are_rejected() -> None:
         OffsetTracker().add(P0, -1)
 
 
-def test_pending_counts_follow_every_operation() -> None:
+def test_pending_offsets_follow_every_operation() -> None:
     tracker = OffsetTracker()
     for offset in range(5):
         tracker.add(P0, offset)
     tracker.add(P1, 0)
     tracker.done(P0, 3)
-    assert (tracker.pending(P0), tracker.pending(P1), tracker.total_pending()) == (4, 1, 5)
-    tracker.forget([P1, TopicPartition("other", 9)])
-    assert tracker.total_pending() == 4
-    assert tracker.pending(P1) == 0
+    assert tracker.done(P0, 3) is False  # done already: no longer pending
+    tracker.forget([P1, TopicPartition("other", 9)])  # an unknown partition is no error
+    assert tracker.done(P1, 0) is False  # forgotten with its partition
+    assert [tracker.done(P0, offset) for offset in (0, 1, 2, 4)] == [True] * 4  # still pending
+    assert tracker.committable() == {P0: 5}
 
 
 def test_random_completion_orders_match_a_brute_force_model() -> None:
@@ -163,7 +165,7 @@ def test_many_offsets_are_tracked_quickly() -> None:
     for offset in reversed(range(n)):  # worst order: the head finishes last
         tracker.done(P0, offset)
     assert tracker.committable() == {P0: n}
-    assert tracker.total_pending() == 0
+    assert tracker.done(P0, 0) is False and tracker.done(P0, n - 1) is False  # none pending
 
 
 def test_committed_reads_back_the_last_mark_and_forgets_with_the_partition() -> None:

@@ -1,0 +1,104 @@
+"""Stand-ins for the aiokafka consumer and producer calls the Checkpoint makes.
+
+They model only what pure sequencing needs: commit(offsets) that records or raises,
+assignment() and highwater(tp), and producer.send() whose delivery future the test
+acknowledges, fails or holds. The real broker is exercised by tests/integration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from aiokafka import ConsumerRecord, TopicPartition
+
+from consumers.metrics import WorkerMetrics
+from consumers.worker.checkpoint import Checkpoint
+from consumers.worker.inflight import InFlightRequest
+from consumers.worker.publisher import Publisher
+from topics.events import SynthesisRequest, SynthesisResult
+from topics.specs import topic_names
+
+NAMES = topic_names("")
+P0 = TopicPartition(NAMES.requests, 0)
+P1 = TopicPartition(NAMES.requests, 1)
+
+
+@dataclass
+class FakeConsumer:
+    commits: list[dict[TopicPartition, int]] = field(default_factory=list)
+    fail_with: list[Exception] = field(default_factory=list)  # raised by the next commits
+    assigned: set[TopicPartition] = field(default_factory=set)
+    high: dict[TopicPartition, int] = field(default_factory=dict)
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        if self.fail_with:
+            raise self.fail_with.pop(0)
+        self.commits.append(dict(offsets))
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.high.get(tp)
+
+
+@dataclass
+class Sent:
+    topic: str
+    value: bytes
+    key: bytes | None
+    delivery: asyncio.Future[None]
+
+
+@dataclass
+class FakeProducer:
+    """send() hands back a delivery future: acknowledged at once unless `hold` (the test
+    resolves it) or `nack` (the broker refuses it); `fail` makes send() itself raise."""
+
+    sent: list[Sent] = field(default_factory=list)
+    hold: bool = False
+    nack: Exception | None = None
+    fail: Exception | None = None
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None,
+                   headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[None]:
+        if self.fail is not None:
+            raise self.fail
+        delivery: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.nack is not None:
+            delivery.set_exception(self.nack)
+        elif not self.hold:
+            delivery.set_result(None)
+        self.sent.append(Sent(topic, value, key, delivery))
+        return delivery
+
+    def acknowledge_all(self) -> None:
+        for sent in self.sent:
+            if not sent.delivery.done():
+                sent.delivery.set_result(None)
+
+
+def make_checkpoint(consumer: FakeConsumer, producer: FakeProducer,
+                    metrics: WorkerMetrics | None = None) -> Checkpoint:
+    publisher = Publisher(producer=producer, names=NAMES, max_backoff_s=0.01)
+    return Checkpoint(consumer=consumer, publisher=publisher,
+                      metrics=metrics or WorkerMetrics(), poll_s=0.005)
+
+
+def record(offset: int, tp: TopicPartition = P0) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(topic=tp.topic, partition=tp.partition, offset=offset,
+                          timestamp=1_700_000_000_000, timestamp_type=0, key=b"k",
+                          value=b"{}", checksum=None, serialized_key_size=1,
+                          serialized_value_size=2, headers=[])
+
+
+def result(offset: int) -> SynthesisResult:
+    return SynthesisResult(request_id=f"r{offset}", voice_id="v1", status="succeeded",
+                           completed_at="2026-12-02T00:00:00Z")
+
+
+def inflight(offset: int, tp: TopicPartition = P0) -> InFlightRequest:
+    request = SynthesisRequest(request_id=f"r{offset}", voice_id="v1", text="hello")
+    return InFlightRequest(record(offset, tp), tp, request, datetime.now(UTC))
