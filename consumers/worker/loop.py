@@ -136,8 +136,8 @@ class SynthesisWorker:
         await consumer.start()
         if s.metrics_port >= 0:
             self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
-                                       metrics=self.metrics, liveness=self._liveness,
-                                       readiness=self._readiness)
+                                       metrics=self.metrics, liveness=self.liveness,
+                                       readiness=self.readiness)
             await self.health.start()
         log.info("worker %s consuming %s as group %s (max_inflight %d, max_batch %d)",
                  s.instance_id, self._names.requests, s.group_id, s.max_inflight, s.max_batch)
@@ -337,12 +337,15 @@ class SynthesisWorker:
             await self._cp.commit()  # step 4
             self._cp.update_lag()
 
-    def _liveness(self) -> tuple[bool, dict[str, object]]:
+    def liveness(self) -> tuple[bool, dict[str, object]]:
+        """/healthz: the fetch loop beat within 30 s."""
         alive = self.heartbeat.alive(30.0)
         return alive, {"event_loop": True, "fetch_loop_heartbeat_age_s": round(
             self.heartbeat.age(), 2)}
 
-    async def _readiness(self) -> tuple[bool, dict[str, object]]:
+    async def readiness(self) -> tuple[bool, dict[str, object]]:
+        """/readyz: engine loaded (as `engine_ready` reports it), broker and store reachable,
+        partitions assigned, not draining."""
         store_ok = await asyncio.to_thread(self._processor.store_reachable)
         broker_ok = max(self._last_fetch_ok,
                         self.checkpoint.last_commit_ok if self.checkpoint else 0.0)

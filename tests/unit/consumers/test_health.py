@@ -2,13 +2,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
+from aiokafka import TopicPartition
 
 from consumers.health import HealthServer, Heartbeat
 from consumers.metrics import WorkerMetrics
+from consumers.worker.loop import SynthesisWorker
+from pipeline.synthesis import RequestProcessor
+from topics.config import Settings
 
 
 @dataclass
@@ -250,3 +257,43 @@ def test_heartbeat_uses_monotonic_clock_by_default() -> None:
     hb.beat()
     assert 0.0 <= hb.age() < 1.0
     assert hb.alive(1.0)
+
+
+class _Processor:
+    """The one processor call readiness makes."""
+
+    def store_reachable(self) -> bool:
+        return True
+
+
+async def test_worker_readyz_reports_the_engine_state_not_a_constant(
+        metrics: WorkerMetrics) -> None:
+    loaded = False
+    worker = SynthesisWorker(settings=Settings(), processor=cast(RequestProcessor, _Processor()),
+                             metrics=metrics, engine_ready=lambda: loaded)
+    # The consumer side as it is once fetching: partitions assigned, the broker answering.
+    worker._consumer = SimpleNamespace(assignment=lambda: {TopicPartition("tts.requests", 0)})
+    worker._last_fetch_ok = time.monotonic()
+    srv = HealthServer(host="127.0.0.1", port=0, metrics=metrics, liveness=worker.liveness,
+                       readiness=worker.readiness)
+    await srv.start()  # before the engine is loaded, as the wiring starts it for CosyVoice
+    try:
+        reply = await get(srv.port, "/readyz")
+        assert reply.status == 503
+        assert reply.json()["checks"] == {"engine_loaded": False, "broker": True,
+                                          "store": True, "assignment": True, "draining": False}
+        loaded = True
+        reply = await get(srv.port, "/readyz")
+        assert reply.status == 200
+        checks = reply.json()["checks"]
+        assert isinstance(checks, dict)
+        assert checks["engine_loaded"] is True
+    finally:
+        await srv.stop()
+
+
+async def test_worker_engine_is_loaded_by_default() -> None:
+    worker = SynthesisWorker(settings=Settings(), processor=cast(RequestProcessor, _Processor()))
+    ready, checks = await worker.readiness()
+    assert checks["engine_loaded"] is True
+    assert ready is False  # no broker contact nor assignment yet
