@@ -1,22 +1,25 @@
 """The synthesis worker: `tts.requests` -> audio objects + `tts.results`, then commit.
 
-    fetch loop (here) ── Checkpoint.begin: offset pending, record in flight
-        │ decode fails ──> DLQ / rejected answer ──────────────────────────┐
-        │ valid: InFlightRequest (inflight.py)                             │
-        v                                                                  │
-    VoiceBatcher (batching.py; bounded: full -> pause partitions)          │
-        │ same-voice batches                                               │
-        v                                                                  v
-    2 x max_inflight dispatch tasks (here)         Checkpoint.answer (checkpoint.py):
-        -> processor.process_batch, in threads:      2. Publisher (publisher.py): result
-           1. object stored (pipeline/)                 and/or DLQ record, acks=all
-        retryable: RetryPolicy (retry.py) decides    3. offset done (offsets.py)
-        give up -> failed answer + DLQ ──────────>                     │
-        or backoff -> back in the queue                                v
-                                           4. Checkpoint.commit, every 0.5 s: contiguous
-                                              done offsets per partition; lag after it
-    revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> wait for in-flight
-        -> commit -> forget
+    fetch loop (here): step 0, Checkpoint.begin (offset pending, record in flight)
+        │ undecodable / invalid ──> DLQ record / rejected result ─────────────┐
+        │ valid: InFlightRequest (inflight.py)                                │
+        v                                                                     │
+    VoiceBatcher (batching.py; bounded: full -> pause partitions)             │
+        │ same-voice batches                                                  │
+        v                                                                     │
+    2 x max_inflight dispatch tasks (here) -> processor.process_batch in      │
+        threads; step 1: the processor stores each output (pipeline/)         │
+        │ retryable error: RetryPolicy (retry.py) -> backoff -> back in queue │
+        │ result, or a failed result + DLQ record once the policy gives up    │
+        v                                                                     v
+    Checkpoint.answer (checkpoint.py): step 2, Publisher (publisher.py) sends and waits
+        for acks=all -> step 3, offset done (OffsetTracker, offsets.py)
+        │
+        v
+    commit loop (here, every 0.5 s): step 4, Checkpoint.commit: contiguous done offsets
+        per partition -> consumer.commit; then Checkpoint.update_lag
+    revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> Checkpoint.wait_idle
+        -> Checkpoint.commit -> Checkpoint.forget
 
 A record's offset becomes committable only after its answer is acknowledged, and only once
 every earlier record of its partition is too. A crash before that redelivers the record; the
