@@ -11,23 +11,23 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from topics.config import Settings
+from consumers.settings import Settings, find_checkout, state_dir
 from topics.errors import VoiceFactoryError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    """VF_* variables, then the flags this command has (a flag not given changes nothing)."""
+    def flag(name: str) -> object:
+        return getattr(args, name, None)
+
     return Settings.from_env().with_overrides(
-        kafka_bootstrap=getattr(args, "bootstrap", None),
-        topic_prefix=getattr(args, "topic_prefix", None),
-        s3_endpoint=getattr(args, "s3_endpoint", None),
-        s3_bucket=getattr(args, "bucket", None),
-        engine=getattr(args, "engine", None),
-        max_inflight=getattr(args, "max_inflight", None),
-        max_batch=getattr(args, "max_batch", None),
-        instance_id=getattr(args, "instance_id", None),
-        metrics_port=getattr(args, "metrics_port", None),
+        kafka={"bootstrap": flag("bootstrap"), "topic_prefix": flag("topic_prefix")},
+        store={"endpoint": flag("s3_endpoint"), "bucket": flag("bucket")},
+        engine={"name": flag("engine")},
+        worker={"max_inflight": flag("max_inflight"), "max_batch": flag("max_batch"),
+                "instance_id": flag("instance_id"), "metrics_port": flag("metrics_port")},
     )
 
 
@@ -53,21 +53,21 @@ def cmd_topics(args: argparse.Namespace) -> int:
     async def run() -> int:
         from consumers.kafka import security_kwargs
 
-        admin = admin_client(settings.kafka_bootstrap, **security_kwargs(settings))
+        admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
         await admin.start()
         try:
             if args.action == "create":
-                created = await create_topics(admin, prefix=settings.topic_prefix,
+                created = await create_topics(admin, prefix=settings.kafka.topic_prefix,
                                               replication_factor=args.replication_factor,
                                               min_insync_replicas=args.min_insync_replicas)
                 print(f"created: {', '.join(created) or 'nothing (all present)'}")
-            states = await describe_topics(admin, prefix=settings.topic_prefix)
+            states = await describe_topics(admin, prefix=settings.kafka.topic_prefix)
             for s in states:
                 print(f"{s.name:24} partitions={s.partitions:<3} rf={s.replication_factor} "
                       f"cleanup={s.configs.get('cleanup.policy', '-')} "
                       f"retention.ms={s.configs.get('retention.ms', '-')}" if s.exists
                       else f"{s.name:24} MISSING")
-            problems = drift(states, prefix=settings.topic_prefix,
+            problems = drift(states, prefix=settings.kafka.topic_prefix,
                              replication_factor=args.replication_factor,
                              min_insync_replicas=args.min_insync_replicas)
             for p in problems:
@@ -81,16 +81,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from consumers import logs
-    from consumers.wiring import build_runtime
-    from consumers.worker.loop import SynthesisWorker
+    from consumers.wiring import build_worker
 
     logs.configure(args.log_format)
-    settings = _settings(args)
-    runtime = build_runtime(settings)
+    worker = build_worker(_settings(args)).worker
 
     async def run() -> None:
-        worker = SynthesisWorker(settings=settings, processor=runtime.processor,
-                                 metrics=runtime.metrics)
         worker.install_signal_handlers()
         await worker.run()
 
@@ -104,7 +100,7 @@ def cmd_voices(args: argparse.Namespace) -> int:
     from consumers.wiring import make_store
 
     settings = _settings(args)
-    store = make_store(settings)
+    store = make_store(settings.store)
     if args.action == "list":
         from pipeline.voices import list_voices
 
@@ -165,7 +161,7 @@ def cmd_say(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_FAIL
     out = Path(args.out or f"{request.request_id}.{request.format}")
-    out.write_bytes(make_store(settings).get(result.audio.key) or b"")
+    out.write_bytes(make_store(settings.store).get(result.audio.key) or b"")
     print(f"{result.audio.duration_s:.2f} s -> {out} (s3://{result.audio.bucket}/"
           f"{result.audio.key})")
     return EXIT_OK
@@ -184,11 +180,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.suite != "assignors":
         from bench.runner import main as run_benchmarks
+        from deploy.local import stack
 
-        return run_benchmarks(_settings(args), quick=args.quick, only=args.only,
+        work_dir = Path(args.work_dir) if args.work_dir else state_dir() / "bench"
+        return run_benchmarks(_settings(args), stack=stack, quick=args.quick, only=args.only,
                               json_path=Path(args.json) if args.json else None,
-                              plots_dir=Path(args.plots_dir) if args.plots_dir else None,
-                              work_dir=Path(args.work_dir), out=sys.stdout)
+                              plots_dir=Path(args.plots_dir) if args.plots_dir
+                              else _default_plots_dir(work_dir),
+                              work_dir=work_dir, out=sys.stdout)
     from bench.assignors import run_all, table
 
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # rebalances are the point here
@@ -197,27 +196,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _default_plots_dir(work_dir: Path) -> Path:
+    """docs/img of the checkout the command runs in (the committed figures), else beside
+    the report."""
+    checkout = find_checkout(Path.cwd())
+    return checkout / "docs" / "img" if checkout is not None else work_dir / "img"
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from consumers.clients.demo import run_demo
     from deploy.local import stack
 
     stack.up()
-    return asyncio.run(run_demo(_settings(args), Path(args.out_dir)))
+    out_dir = Path(args.out_dir) if args.out_dir else state_dir() / "demo"
+    return asyncio.run(run_demo(_settings(args), out_dir))
 
 
 def cmd_aggregator(args: argparse.Namespace) -> int:
     from consumers import logs
     from consumers.aggregator.app import run
+    from consumers.wiring import build_aggregator
 
     logs.configure(args.log_format)
-    settings = _settings(args).with_overrides(
-        aggregator_port=args.port, job_timeout_seconds=args.job_timeout,
-        job_gap_ms=args.gap_ms, aggregator_datadir=args.datadir)
-    return run(settings)
+    settings = _settings(args).with_overrides(aggregator={
+        "port": args.port, "job_timeout_seconds": args.job_timeout, "job_gap_ms": args.gap_ms,
+        "datadir": args.datadir})
+    return run(build_aggregator(settings))
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    from consumers.clients.jobs import ScriptError, load_script, run_command
+    from consumers.clients.jobs import run_command
+    from consumers.clients.scripts import ScriptError, load_script
 
     try:
         script = load_script(Path(args.script), concat=True if args.concat else None)
@@ -229,7 +238,7 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from consumers.clients.jobs import tail_results
+    from consumers.clients.tail import tail_results
 
     asyncio.run(tail_results(_settings(args), from_beginning=args.from_beginning,
                              out=sys.stdout, limit=args.limit))
@@ -316,13 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
                                 "memory", "faults"], help="run only these measurements")
-    bench.add_argument("--plots-dir", default="docs/img", help="PNG plots go here")
-    bench.add_argument("--work-dir", default=".vf/bench",
-                       help="worker logs, py-spy profile, report.md, figures.json")
+    bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
+                       "checkout run from, else WORK_DIR/img)")
+    bench.add_argument("--work-dir", help="worker logs, py-spy profile, report.md, "
+                       "figures.json (default: <state dir>/bench; the state dir is "
+                       "VF_STATE_DIR, else the checkout's .vf/, else "
+                       "~/.local/state/voicefactory)")
     bench.set_defaults(func=cmd_bench)
 
     demo = common(sub.add_parser("demo", help="run the end-to-end demo on the local stack"))
-    demo.add_argument("--out-dir", default=".vf/demo")
+    demo.add_argument("--out-dir", help="where the clips go (default: <state dir>/demo)")
     demo.set_defaults(func=cmd_demo)
 
     agg = common(sub.add_parser(
@@ -335,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--gap-ms", type=int, help="silence between clips on the timeline "
                      "(VF_JOB_GAP_MS, default 300; a script's gap_ms wins)")
     agg.add_argument("--datadir", help="faust state folder (VF_AGGREGATOR_DATADIR, "
-                     "default .vf/aggregator)")
+                     "default <state dir>/aggregator)")
     agg.add_argument("--log-format", choices=["json", "text"], default="json")
     agg.set_defaults(func=cmd_aggregator)
 

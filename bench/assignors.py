@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumers.kafka import assignors, make_consumer
+from consumers.settings import Settings
 from topics.admin import admin_client, create_topics
-from topics.config import Settings
 from topics.specs import REQUESTS
 
 Assignment = dict[int, str]  # partition -> member name
@@ -60,7 +60,7 @@ async def _settle(members: dict[str, Any], partitions: int, timeout_s: float = 6
 async def measure(settings: Settings, strategy: str, *, workers: int = 4,
                   static: bool = False) -> AssignorResult:
     prefix = f"bench-{uuid.uuid4().hex[:6]}."
-    admin = admin_client(settings.kafka_bootstrap)
+    admin = admin_client(settings.kafka.bootstrap)
     await admin.start()
     try:
         await create_topics(admin, prefix=prefix, specs=(REQUESTS,))
@@ -69,7 +69,7 @@ async def measure(settings: Settings, strategy: str, *, workers: int = 4,
     topic, group = prefix + REQUESTS.name, f"{prefix}group"
 
     def member(name: str) -> Any:
-        return make_consumer(settings, topic, group_id=group, enable_auto_commit=False,
+        return make_consumer(settings.kafka, topic, group_id=group, enable_auto_commit=False,
                              partition_assignment_strategy=assignors(strategy),
                              group_instance_id=name if static else None,
                              session_timeout_ms=30_000, heartbeat_interval_ms=1000)

@@ -15,8 +15,9 @@ import asyncio
 import time
 from typing import Any
 
-from bench.harness import BenchContext, InProcessWorker, Load
+from bench.harness import BenchContext, Load
 from bench.outcome import Outcome, md_table
+from bench.processes import InProcessWorker
 from bench.workload import requests
 
 SIZES = (1, 2, 4, 8, 16)

@@ -35,12 +35,12 @@ from bench.harness import BenchContext
 from bench.outcome import Outcome, md_table
 from bench.workload import voice_id, zipf_voices
 from consumers.kafka import assignors, make_consumer
+from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline.engines import create_engine
 from pipeline.profiles import ProfileCache
 from pipeline.voices import ProfileResolver
 from topics.admin import admin_client, create_topics
-from topics.config import Settings
 from topics.specs import REQUESTS
 
 N_VOICES = 1000
@@ -53,16 +53,16 @@ POLICIES = ("voice_keyed", "least_conn", "round_robin")
 async def kafka_owners(settings: Settings) -> dict[int, int]:
     """Partition -> worker index, from a real group of WORKERS consumers on the broker."""
     prefix = f"bench-cache-{uuid.uuid4().hex[:6]}."
-    admin = admin_client(settings.kafka_bootstrap)
+    admin = admin_client(settings.kafka.bootstrap)
     await admin.start()
     try:
         await create_topics(admin, prefix=prefix, specs=(REQUESTS,))
     finally:
         await admin.close()
     members = {f"w{i}": make_consumer(
-        settings, prefix + REQUESTS.name, group_id=f"{prefix}group", enable_auto_commit=False,
-        partition_assignment_strategy=assignors(settings.assignor), session_timeout_ms=10_000,
-        heartbeat_interval_ms=1000) for i in range(WORKERS)}
+        settings.kafka, prefix + REQUESTS.name, group_id=f"{prefix}group",
+        enable_auto_commit=False, partition_assignment_strategy=assignors(settings.worker.assignor),
+        session_timeout_ms=10_000, heartbeat_interval_ms=1000) for i in range(WORKERS)}
     for consumer in members.values():
         await consumer.start()
     try:
@@ -75,7 +75,7 @@ async def kafka_owners(settings: Settings) -> dict[int, int]:
 
 def _drive(ctx: BenchContext, trace: list[str], routes: list[int], capacity: int,
            warm: int) -> dict[str, Any]:
-    store = make_store(ctx.base)
+    store = make_store(ctx.base.store)
     engine = create_engine("bench")
     encoder = ctx.encoder()
     counts = [{"hit": 0, "store": 0, "miss": 0} for _ in range(WORKERS)]

@@ -25,11 +25,11 @@ from bench.harness import (
     Load,
     ResultLog,
     Sampler,
-    WorkerProcess,
     lag_probe,
     warm,
 )
 from bench.outcome import Outcome, md_table
+from bench.processes import WorkerProcess
 from bench.stats import slope
 from bench.workload import TEXT_CHARS, requests
 

@@ -10,14 +10,14 @@ beyond the first per request_id (at-least-once; the object is still written once
 Recovery: seconds from the end of the fault (the kill, the broker answering again, S3
 answering again) until the backlog is back within its baseline range (<= the maximum before
 the fault) for 1 s.
-Broker and S3 faults need the stack started by this checkout (pid files); otherwise they are
-skipped, their figures None. Whatever happens, the stack is brought back up.
+Broker and S3 faults need the stack started from this state dir (`ctx.stack`, the CLI's
+`deploy.local.stack` behind `bench.stack.LocalStack`); otherwise they are skipped, their
+figures None. Whatever happens, the stack is brought back up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 import signal
 import time
@@ -29,14 +29,14 @@ from bench.harness import (
     Load,
     ResultLog,
     Sampler,
-    WorkerProcess,
     lag_probe,
     warm,
 )
 from bench.outcome import Outcome, md_table
+from bench.processes import WorkerProcess
+from bench.stack import LocalStack
 from bench.stats import recovery_time
 from bench.workload import requests
-from deploy.local import stack
 
 RATE = 20.0
 VOICES = [f"voice-{i:04d}" for i in range(50)]
@@ -51,26 +51,23 @@ async def _kill9(workers: list[WorkerProcess]) -> float:
     return 0.0
 
 
-def _restart_broker() -> float:
-    t0 = time.monotonic()
-    stack.restart_kafka(timeout_s=120)
-    return time.monotonic() - t0
-
-
-async def _broker(workers: list[WorkerProcess]) -> float:
-    return await asyncio.to_thread(_restart_broker)
-
-
-def _s3_outage(seconds: float) -> Inject:
+def _broker(stack: LocalStack) -> Inject:
     async def inject(workers: list[WorkerProcess]) -> float:
-        pid = stack.S3.pid()
-        assert pid is not None
         t0 = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
+        await asyncio.to_thread(stack.restart_broker, 120)
+        return time.monotonic() - t0
+
+    return inject
+
+
+def _s3_outage(stack: LocalStack, seconds: float) -> Inject:
+    async def inject(workers: list[WorkerProcess]) -> float:
+        t0 = time.monotonic()
+        stack.kill_store()
         try:
             await asyncio.sleep(seconds)
         finally:
-            await asyncio.to_thread(stack.up, out=io.StringIO(), timeout_s=120)
+            await asyncio.to_thread(stack.ensure_up, 120)
         return time.monotonic() - t0
 
     return inject
@@ -79,7 +76,8 @@ def _s3_outage(seconds: float) -> Inject:
 async def _scenario(ctx: BenchContext, name: str, inject: Inject, pre_s: float,
                     after_s: float) -> dict[str, Any]:
     s = await ctx.settings(f"fault-{name}", engine="bench")
-    workers = [WorkerProcess(s.with_overrides(instance_id=f"{s.topic_prefix}w{i}"),
+    workers = [WorkerProcess(s.with_overrides(
+                                 worker={"instance_id": f"{s.kafka.topic_prefix}w{i}"}),
                              ctx.work_dir / f"fault-{name}-w{i}.log", env=ENGINE)
                for i in range(2)]
     try:
@@ -102,8 +100,8 @@ async def _scenario(ctx: BenchContext, name: str, inject: Inject, pre_s: float,
             points = await lag.stop()
     finally:
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
-        if not all(svc.answering() for svc in stack.SERVICES):
-            await asyncio.to_thread(stack.up, out=io.StringIO(), timeout_s=180)
+        if not ctx.stack.all_answering():
+            await asyncio.to_thread(ctx.stack.ensure_up, 180)
     ids = {r.request_id for r in batch}
     answers = [res for _, res in results.arrivals if res.request_id in ids]
     baseline = [y for t, y in points if t < fault_t] or [0.0]
@@ -123,10 +121,12 @@ async def run(ctx: BenchContext) -> Outcome:
     pre_s, after_s = ctx.pick((4.0, 15.0), (10.0, 40.0))
     outage = ctx.pick(10.0, 30.0)
     ctx.register(VOICES)
+    stack = ctx.stack
     plan: list[tuple[str, Inject | None, str]] = [
         ("kill9", _kill9, "kill -9 of one of two workers"),
-        ("broker_restart", _broker if stack.KAFKA.pid() else None, "broker restart"),
-        ("s3_outage", _s3_outage(outage) if stack.S3.pid() else None,
+        ("broker_restart", _broker(stack) if stack.broker_started_here() else None,
+         "broker restart"),
+        ("s3_outage", _s3_outage(stack, outage) if stack.store_started_here() else None,
          f"S3 server down for {outage:.0f} s"),
     ]
     rows: list[dict[str, Any]] = []
@@ -134,7 +134,7 @@ async def run(ctx: BenchContext) -> Outcome:
     notes: list[str] = []
     for name, inject, what in plan:
         if inject is None:
-            notes.append(f"{what}: skipped, the stack was not started by this checkout")
+            notes.append(f"{what}: skipped, the stack was not started from this state dir")
             for k in ("lost", "duplicates", "recovery_s"):
                 figures[f"fault_{name}_{k}"] = None
             continue

@@ -1,14 +1,13 @@
 """What every measurement needs from the real stack: isolated topics, voices, load, answers.
 
-BenchContext (one per run: base settings, a fresh bucket, the reference clip) -> settings()
+BenchContext (one per run: base settings, the local stack behind `bench.stack.LocalStack`, a
+fresh bucket, the reference clip) -> settings()
 gives each measurement its own topic prefix and consumer group -> register() puts voices in
 the store the way `register_voice` does (the reference is validated once, then copied) ->
 Load produces requests keyed by voice (paced at a rate, or all at once) and notes when each
 was sent -> ResultLog reads `tts.results` in the background and notes when each answer
-arrived -> Sampler records (t, value) series such as lag = sent - answered. Workers run
-either in this process (InProcessWorker, the same objects the CLI builds) or as
-`python -m voicefactory worker` subprocesses (WorkerProcess) where a measurement needs a
-process of its own: RSS, py-spy, kill -9.
+arrived -> Sampler records (t, value) series such as lag = sent - answered. The workers
+themselves are in `bench.processes`.
 """
 
 from __future__ import annotations
@@ -17,12 +16,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import os
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,25 +28,25 @@ from typing import Any
 from aiokafka import TopicPartition
 from minio import Minio
 
+from bench.stack import LocalStack
 from consumers.kafka import make_consumer, make_producer
-from consumers.wiring import Runtime, build_runtime, make_store
-from consumers.worker.loop import SynthesisWorker
+from consumers.settings import Settings
+from consumers.wiring import make_store
 from pipeline import keys
 from pipeline.reference import check_reference
 from pipeline.voices import sniff_extension
 from topics.admin import admin_client, create_topics
-from topics.config import Settings
 from topics.events import SynthesisRequest, SynthesisResult, VoiceRegistration, decode_result
 from topics.events import encode as encode_event
 from topics.specs import REQUESTS, RESULTS, topic_names
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
 class BenchContext:
     base: Settings
+    stack: LocalStack
     quick: bool
     work_dir: Path
     bucket: str
@@ -62,33 +58,33 @@ class BenchContext:
     topics: list[str] = field(default_factory=list)  # created by settings(), for cleanup()
 
     @classmethod
-    def create(cls, base: Settings, *, quick: bool, work_dir: Path) -> BenchContext:
+    def create(cls, base: Settings, *, stack: LocalStack, quick: bool,
+               work_dir: Path) -> BenchContext:
         work_dir.mkdir(parents=True, exist_ok=True)
         bucket = f"vf-bench-{uuid.uuid4().hex[:8]}"
-        endpoint = base.s3_endpoint.split("://", 1)[-1]
-        client = Minio(endpoint, access_key=base.s3_access_key,
-                       secret_key=base.s3_secret_key.reveal(),
-                       secure=base.s3_endpoint.startswith("https"))
-        client.make_bucket(bucket)
+        _minio(base).make_bucket(bucket)
         from consumers.clients.demo import make_reference
 
         reference = make_reference(work_dir / "reference.wav")
         report = check_reference(reference)
         if not report.ok:
             raise RuntimeError(f"bench reference rejected: {'; '.join(report.problems)}")
-        return cls(base=base.with_overrides(s3_bucket=bucket), quick=quick, work_dir=work_dir,
-                   bucket=bucket, reference=reference)
+        return cls(base=base.with_overrides(store={"bucket": bucket}), stack=stack,
+                   quick=quick, work_dir=work_dir, bucket=bucket, reference=reference)
 
     def pick(self, quick: Any, full: Any) -> Any:
         return quick if self.quick else full
 
-    async def settings(self, name: str, **overrides: Any) -> Settings:
-        """Fresh topics (all of DESIGN.md's) under a prefix of their own, and a group."""
+    async def settings(self, name: str, *, engine: str = "bench", **worker: Any) -> Settings:
+        """Fresh topics (requests and results) under a prefix of their own, a group, the
+        engine and `worker` overrides (WorkerSettings fields: max_batch=4, ...)."""
         prefix = f"bench-{name}-{uuid.uuid4().hex[:6]}."
-        s = self.base.with_overrides(topic_prefix=prefix, group_id=f"{prefix}synth",
-                                     instance_id=f"{prefix}w0", metrics_port=-1,
-                                     session_timeout_ms=10_000, **overrides)
-        admin = admin_client(s.kafka_bootstrap)
+        s = self.base.with_overrides(
+            kafka={"topic_prefix": prefix}, engine={"name": engine},
+            worker={"group_id": f"{prefix}synth", "instance_id": f"{prefix}w0",
+                    "metrics_port": -1, "metrics_host": "127.0.0.1",
+                    "session_timeout_ms": 10_000, **worker})
+        admin = admin_client(s.kafka.bootstrap)
         await admin.start()
         try:
             await create_topics(admin, prefix=prefix, specs=(REQUESTS, RESULTS))
@@ -100,7 +96,7 @@ class BenchContext:
     async def cleanup(self) -> None:
         """Delete this run's topics and its bucket (1,000 references and every clip make
         a few hundred MB a run), so repeated runs do not fill the disk."""
-        admin = admin_client(self.base.kafka_bootstrap)
+        admin = admin_client(self.base.kafka.bootstrap)
         await admin.start()
         try:
             existing = set(await admin.list_topics())
@@ -142,7 +138,7 @@ class BenchContext:
         from pipeline.profiles import ProfileCache, to_safetensors
         from pipeline.voices import ProfileResolver
 
-        store = make_store(self.base)
+        store = make_store(self.base.store)
         if self._seed is None:
             seed_voice = f"seed-{uuid.uuid4().hex[:8]}"
             self._put_voices([seed_voice])
@@ -167,7 +163,7 @@ class BenchContext:
         return self.profile_compute_s or 0.0
 
     def _put_voices(self, todo: list[str]) -> None:
-        store = make_store(self.base)
+        store = make_store(self.base.store)
         ext = sniff_extension(self.reference)
         sha = hashlib.sha256(self.reference).hexdigest()
 
@@ -184,132 +180,26 @@ class BenchContext:
             list(pool.map(one, todo))
 
 
+def _minio(settings: Settings) -> Minio:
+    """A bare minio client: bucket creation and removal are not `ObjectStore` operations."""
+    store = settings.store
+    return Minio(store.endpoint.split("://", 1)[-1], access_key=store.access_key,
+                 secret_key=store.secret_key.reveal(), secure=store.endpoint.startswith("https"))
+
+
 def remove_bucket(settings: Settings) -> None:
     """Every object of the settings' bucket, then the bucket itself."""
     from minio.deleteobjects import DeleteObject
 
-    endpoint = settings.s3_endpoint.split("://", 1)[-1]
-    client = Minio(endpoint, access_key=settings.s3_access_key,
-                   secret_key=settings.s3_secret_key.reveal(),
-                   secure=settings.s3_endpoint.startswith("https"))
-    names = [o.object_name for o in client.list_objects(settings.s3_bucket, recursive=True)
+    client, bucket = _minio(settings), settings.store.bucket
+    names = [o.object_name for o in client.list_objects(bucket, recursive=True)
              if o.object_name]
     for start in range(0, len(names), 1000):
         errors = list(client.remove_objects(
-            settings.s3_bucket, [DeleteObject(n) for n in names[start:start + 1000]]))
+            bucket, [DeleteObject(n) for n in names[start:start + 1000]]))
         if errors:
             raise RuntimeError(f"could not delete {len(errors)} bench objects: {errors[0]}")
-    client.remove_bucket(settings.s3_bucket)
-
-
-# -- environment for workers -------------------------------------------------------------
-
-def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """VF_* variables that make `voicefactory worker` use exactly `settings`."""
-    env = {
-        "VF_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "VF_TOPIC_PREFIX": settings.topic_prefix,
-        "VF_S3_ENDPOINT": settings.s3_endpoint, "VF_S3_ACCESS_KEY": settings.s3_access_key,
-        "VF_S3_SECRET_KEY": settings.s3_secret_key.reveal(), "VF_S3_BUCKET": settings.s3_bucket,
-        "VF_GROUP_ID": settings.group_id, "VF_INSTANCE_ID": settings.instance_id,
-        "VF_ENGINE": settings.engine, "VF_MAX_BATCH": str(settings.max_batch),
-        "VF_MAX_INFLIGHT": str(settings.max_inflight),
-        "VF_BATCH_WAIT_MS": str(settings.batch_wait_ms),
-        "VF_QUEUE_CAPACITY": str(settings.queue_capacity),
-        "VF_SESSION_TIMEOUT_MS": str(settings.session_timeout_ms),
-        "VF_METRICS_PORT": str(settings.metrics_port), "VF_METRICS_HOST": "127.0.0.1",
-    }
-    env.update(extra)
-    return env
-
-
-@contextlib.contextmanager
-def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
-    """Engines read their knobs (VF_BENCH_*) from the environment when they are built."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class InProcessWorker:
-    """A SynthesisWorker on this event loop, built as `voicefactory worker` builds it."""
-
-    def __init__(self, settings: Settings, engine_env: Mapping[str, str] | None = None) -> None:
-        with patched_environ(engine_env or {}):
-            self.runtime: Runtime = build_runtime(settings)
-        self.settings = settings
-        self.worker = SynthesisWorker(settings=settings, processor=self.runtime.processor,
-                                      metrics=self.runtime.metrics)
-        self.task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.create_task(self.worker.run())
-
-    async def stop(self, timeout_s: float = 60) -> None:
-        self.worker.stop()
-        if self.task is not None:
-            await asyncio.wait_for(self.task, timeout_s)
-
-    def assignment(self) -> set[int]:
-        consumer = self.worker._consumer
-        return {tp.partition for tp in consumer.assignment()} if consumer else set()
-
-
-class WorkerProcess:
-    """`python -m voicefactory worker` (or another worker module) with the given settings
-    and engine knobs, in a process of its own."""
-
-    def __init__(self, settings: Settings, log_path: Path, *, module: str = "voicefactory",
-                 args: list[str] | None = None, env: Mapping[str, str] | None = None) -> None:
-        self.log_path = log_path
-        full_env = dict(os.environ)
-        full_env.update(worker_env(settings, **(env or {})))
-        argv = [sys.executable, "-m", module,
-                *(["worker", "--log-format", "text"] if args is None else args)]
-        with open(log_path, "ab") as out:
-            self.proc = subprocess.Popen(argv, cwd=REPO, env=full_env, stdout=out,
-                                         stderr=subprocess.STDOUT)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    async def wait_log(self, text: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if text in self.log_text():
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n"
-                                   f"{self.log_text()[-2000:]}")
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"{text!r} not in {self.log_path} after {timeout_s:.0f} s")
-
-    async def stop(self, timeout_s: float = 60) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                await asyncio.to_thread(self.proc.wait, timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait, 10)
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident set size of a process, from /proc (Linux)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    client.remove_bucket(bucket)
 
 
 # -- load and answers --------------------------------------------------------------------
@@ -319,7 +209,7 @@ class Load:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._topic = topic_names(settings.topic_prefix).requests
+        self._topic = topic_names(settings.kafka.topic_prefix).requests
         self._producer: Any = None
         self.sent: dict[str, float] = {}  # request_id -> wall time of the send call
         self.acked: set[str] = set()
@@ -327,7 +217,7 @@ class Load:
         self._pending: set[asyncio.Future[Any]] = set()
 
     async def __aenter__(self) -> Load:
-        self._producer = make_producer(self._settings, linger_ms=1)
+        self._producer = make_producer(self._settings.kafka, linger_ms=1)
         await self._producer.start()
         return self
 
@@ -385,9 +275,9 @@ class ResultLog:
         self.first: dict[str, tuple[float, SynthesisResult]] = {}
 
     async def __aenter__(self) -> ResultLog:
-        consumer = make_consumer(self._settings, enable_auto_commit=False, group_id=None)
+        consumer = make_consumer(self._settings.kafka, enable_auto_commit=False, group_id=None)
         await consumer.start()
-        topic = topic_names(self._settings.topic_prefix).results
+        topic = topic_names(self._settings.kafka.topic_prefix).results
         tps = [TopicPartition(topic, p) for p in range(RESULTS.partitions)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)

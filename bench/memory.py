@@ -18,8 +18,9 @@ from typing import Any
 
 import orjson
 
-from bench.harness import BenchContext, Load, ResultLog, WorkerProcess
+from bench.harness import BenchContext, Load, ResultLog
 from bench.outcome import Outcome, md_table
+from bench.processes import WorkerProcess
 from bench.workload import bench_text, voice_id, zipf_voices
 from topics.events import SynthesisRequest
 

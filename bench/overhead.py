@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness import BenchContext, Load, ResultLog, WorkerProcess, warm
+from bench.harness import BenchContext, Load, ResultLog, warm
 from bench.outcome import Outcome, md_table
+from bench.processes import WorkerProcess
 from bench.stats import summary
 from bench.workload import requests
 

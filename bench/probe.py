@@ -1,7 +1,7 @@
 """`python -m bench.probe FILE`: a synthesis worker that also reports on itself.
 
 The worker is built exactly as `voicefactory worker` builds it (settings from VF_*,
-build_runtime, SynthesisWorker); beside it, a task on the same event loop appends one JSON
+`consumers.wiring.build_worker`); beside it, a task on the same event loop appends one JSON
 line to FILE every SAMPLE_S seconds: wall time, RSS from /proc, requests answered, and the
 profile LRU's entries, bytes, byte bound and evictions. The memory benchmark reads FILE.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 
 from consumers import logs
-from consumers.wiring import build_runtime
+from consumers.settings import Settings
+from consumers.wiring import build_worker
 from consumers.worker.loop import SynthesisWorker
-from topics.config import Settings
 
 SAMPLE_S = 0.5
 
@@ -57,13 +57,11 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.probe FILE", file=sys.stderr)
         return 2
     logs.configure("text")
-    settings = Settings.from_env()
-    runtime = build_runtime(settings)
+    runtime = build_worker(Settings.from_env())
     cache = profile_cache(runtime.processor)
 
     async def run() -> None:
-        worker = SynthesisWorker(settings=settings, processor=runtime.processor,
-                                 metrics=runtime.metrics)
+        worker = runtime.worker
         worker.install_signal_handlers()
         reporter = asyncio.create_task(_report(worker, cache, Path(argv[0])))
         try:

@@ -18,7 +18,6 @@ from typing import Any
 
 from bench.harness import (
     BenchContext,
-    InProcessWorker,
     Load,
     ResultLog,
     Sampler,
@@ -26,9 +25,10 @@ from bench.harness import (
     warm,
 )
 from bench.outcome import Outcome, md_table
+from bench.processes import InProcessWorker
 from bench.stats import percentile, recovery_time
 from bench.workload import requests
-from topics.config import Settings
+from consumers.settings import Settings
 from topics.partitioning import partition_for
 from topics.specs import REQUESTS
 
@@ -80,8 +80,8 @@ async def _row(ctx: BenchContext, static: bool, baseline_s: float,
     base = await ctx.settings(f"restart-{kind}", engine="bench")
 
     def settings_of(i: int) -> Settings:
-        return base.with_overrides(instance_id=f"{base.topic_prefix}w{i}") if static \
-            else base.with_overrides(instance_id="")
+        name = f"{base.kafka.topic_prefix}w{i}" if static else ""  # "": dynamic member
+        return base.with_overrides(worker={"instance_id": name})
 
     workers = [await asyncio.to_thread(InProcessWorker, settings_of(i), ENGINE)
                for i in range(WORKERS)]

@@ -35,7 +35,8 @@ from bench import (
 )
 from bench.harness import BenchContext
 from bench.outcome import Figure, Outcome
-from topics.config import Settings
+from bench.stack import LocalStack
+from consumers.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +98,11 @@ def select(only: Sequence[str] | None) -> list[str]:
     return [n for n in BENCHES if n in only]  # always in the documented order
 
 
-async def run_all(settings: Settings, *, quick: bool, only: Sequence[str] | None,
-                  work_dir: Path, out: TextIO) -> tuple[dict[str, Any], list[Outcome],
-                                                        dict[str, str]]:
+async def run_all(settings: Settings, *, stack: LocalStack, quick: bool,
+                  only: Sequence[str] | None, work_dir: Path,
+                  out: TextIO) -> tuple[dict[str, Any], list[Outcome], dict[str, str]]:
     names = select(only)
-    ctx = BenchContext.create(settings, quick=quick, work_dir=work_dir)
+    ctx = BenchContext.create(settings, stack=stack, quick=quick, work_dir=work_dir)
     outcomes: list[Outcome] = []
     errors: dict[str, str] = {}
     timings: dict[str, float] = {}
@@ -173,15 +174,14 @@ def draw(outcomes: Sequence[Outcome], plots_dir: Path) -> dict[str, Path]:
     return written
 
 
-def main(settings: Settings, *, quick: bool, only: Sequence[str] | None,
+def main(settings: Settings, *, stack: LocalStack, quick: bool, only: Sequence[str] | None,
          json_path: Path | None, plots_dir: Path | None, work_dir: Path,
          out: TextIO) -> int:
-    from deploy.local import stack
-
-    if not all(s.answering() for s in stack.SERVICES):
+    """`stack`: the local stack the CLI hands in (bench/ does not import deploy/)."""
+    if not stack.all_answering():
         raise RuntimeError("the local stack is not answering; run `voicefactory dev up` first")
     figures, outcomes, errors = asyncio.run(
-        run_all(settings, quick=quick, only=only, work_dir=work_dir, out=out))
+        run_all(settings, stack=stack, quick=quick, only=only, work_dir=work_dir, out=out))
     plots = draw(outcomes, plots_dir) if plots_dir is not None else {}
     text = report(figures, outcomes, errors, plots)
     (work_dir / "report.md").write_text(text)

@@ -1,4 +1,9 @@
-"""Kafka client construction from `Settings` (bootstrap, TLS/SASL), in one place."""
+"""Kafka clients from `KafkaSettings` (bootstrap, TLS/SASL), in one place.
+
+    KafkaSettings --security_kwargs()--> aiokafka's security arguments
+        --> make_producer / make_consumer (the worker and the clients)
+        --> consumers.aggregator.app.broker_credentials (faust's credentials, same values)
+"""
 
 from __future__ import annotations
 
@@ -10,30 +15,39 @@ from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssigno
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.helpers import create_ssl_context
 
-from topics.config import Settings
+from consumers.settings import KafkaSettings
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
-def security_kwargs(settings: Settings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"security_protocol": settings.kafka_security_protocol}
-    if settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
+def security_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
+    """aiokafka's security_protocol, ssl_context and sasl_* arguments for these settings.
+
+    A SASL protocol without VF_KAFKA_SASL_MECHANISM means PLAIN (aiokafka's default too)."""
+    protocol = kafka.security_protocol.upper()
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"VF_KAFKA_SECURITY_PROTOCOL {kafka.security_protocol!r} is not one "
+                         f"of {', '.join(PROTOCOLS)}")
+    kwargs: dict[str, Any] = {"security_protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL"):
         kwargs["ssl_context"] = create_ssl_context()
-    if settings.kafka_sasl_mechanism:
-        kwargs.update(sasl_mechanism=settings.kafka_sasl_mechanism,
-                      sasl_plain_username=settings.kafka_sasl_username,
-                      sasl_plain_password=settings.kafka_sasl_password.reveal())
+    if protocol.startswith("SASL"):
+        kwargs.update(sasl_mechanism=kafka.sasl_mechanism or "PLAIN",
+                      sasl_plain_username=kafka.sasl_username,
+                      sasl_plain_password=kafka.sasl_password.reveal())
     return kwargs
 
 
-def make_producer(settings: Settings, **extra: Any) -> AIOKafkaProducer:
+def make_producer(kafka: KafkaSettings, **extra: Any) -> AIOKafkaProducer:
     # acks=all + idempotence: a result is "produced" only once the broker has it durably.
-    return AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
+    return AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all",
                             enable_idempotence=True, client_id="voicefactory",
-                            **security_kwargs(settings), **extra)
+                            **security_kwargs(kafka), **extra)
 
 
-def make_consumer(settings: Settings, *topics: str, **extra: Any) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(*topics, bootstrap_servers=settings.kafka_bootstrap,
-                            client_id="voicefactory", **security_kwargs(settings), **extra)
+def make_consumer(kafka: KafkaSettings, *topics: str, **extra: Any) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(*topics, bootstrap_servers=kafka.bootstrap,
+                            client_id="voicefactory", **security_kwargs(kafka), **extra)
 
 
 _ASSIGNORS = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor,

@@ -1,55 +1,93 @@
-"""Builds the shared runtime objects (store, engine, processor) from `Settings`, once."""
+"""One wiring function per process: settings in, the process's objects out.
+
+    Settings --make_store(settings.store)--> ObjectStore
+             --build_worker(settings)------> WorkerRuntime: store, engine (loaded), speaker
+                                             encoder, profile cache + resolver, processor,
+                                             metrics, and the SynthesisWorker over them
+             --build_aggregator(settings)--> JobAggregator (faust app) with its store
+
+Used by the CLI, the demo, the benchmarks and the integration fixtures, so each of them runs
+exactly the objects `voicefactory worker` runs. The engines, torch and the worker loop are
+imported inside build_worker: the aggregator and the small clients use make_store without
+loading any of them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from consumers.metrics import WorkerMetrics
-from pipeline.engines import EngineOptions, Synthesizer, create_engine
-from pipeline.profiles import ProfileCache
-from pipeline.speaker import SpeakerEncoder
+from consumers.settings import Settings, StoreSettings
 from pipeline.storage import ObjectStore
-from pipeline.synthesis import RequestProcessor
-from pipeline.voices import ProfileResolver
-from topics.config import Settings
+
+if TYPE_CHECKING:
+    from consumers.aggregator.app import JobAggregator
+    from consumers.worker.loop import SynthesisWorker
+    from pipeline.engines import Synthesizer
+    from pipeline.synthesis import RequestProcessor
 
 
-def make_store(settings: Settings) -> ObjectStore:
-    return ObjectStore(endpoint=settings.s3_endpoint, access_key=settings.s3_access_key,
-                       secret_key=settings.s3_secret_key.reveal(), bucket=settings.s3_bucket,
-                       region=settings.s3_region)
+def make_store(store: StoreSettings) -> ObjectStore:
+    return ObjectStore(endpoint=store.endpoint, access_key=store.access_key,
+                       secret_key=store.secret_key.reveal(), bucket=store.bucket,
+                       region=store.region)
 
 
 @dataclass(frozen=True)
-class Runtime:
+class WorkerRuntime:
+    """A synthesis worker and the objects it is made of (tests and benchmarks look inside)."""
+
     settings: Settings
     store: ObjectStore
     engine: Synthesizer
     processor: RequestProcessor
     metrics: WorkerMetrics
+    worker: SynthesisWorker
 
 
-def build_runtime(settings: Settings) -> Runtime:
-    store = make_store(settings)
-    engine = create_engine(settings.engine, EngineOptions(
-        device=settings.device, precision=settings.precision,
-        cosyvoice_model_dir=settings.cosyvoice_model_dir))
+def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
+    """Everything `voicefactory worker` runs; `worker_options` go to SynthesisWorker
+    (retry_base_s in tests). The engine and the speaker encoder load here, before the
+    worker joins its group, so no partition is assigned to a process that cannot serve."""
+    from consumers.worker.loop import SynthesisWorker
+    from pipeline.engines import create_engine
+    from pipeline.profiles import ProfileCache
+    from pipeline.speaker import SpeakerEncoder
+    from pipeline.synthesis import RequestProcessor
+    from pipeline.voices import ProfileResolver
+
+    w = settings.worker
+    store = make_store(settings.store)
+    engine = create_engine(settings.engine.name, settings.engine.options())
     engine.load()
     metrics = WorkerMetrics()
-    encoder = SpeakerEncoder(device="cuda" if settings.device.startswith("cuda") else "cpu")
+    encoder = SpeakerEncoder(device="cuda" if settings.engine.device.startswith("cuda")
+                             else "cpu")
     encoder.load()  # at start-up, so the first request of a voice does not pay for it
-    cache = ProfileCache(max_entries=settings.profile_cache_entries,
-                         max_bytes=settings.profile_cache_mb * 2**20)
+    cache = ProfileCache(max_entries=w.profile_cache_entries,
+                         max_bytes=w.profile_cache_mb * 2**20)
     profiles = ProfileResolver(store=store, engine=engine, cache=cache, encoder=encoder,
-                               voice_ttl_seconds=settings.voice_ttl_seconds,
+                               voice_ttl_seconds=w.voice_ttl_seconds,
                                on_lookup=metrics.on_profile)
     processor = RequestProcessor(engine=engine, store=store, profiles=profiles,
-                                 worker=settings.instance_id,
-                                 presign_seconds=settings.presign_seconds,
-                                 loudness_lufs=settings.loudness_lufs,
-                                 device_slots=settings.max_inflight,
-                                 quality_encoder=encoder if settings.quality_checks == "on"
-                                 else None,
+                                 worker=w.instance_id,
+                                 presign_seconds=settings.store.presign_seconds,
+                                 loudness_lufs=w.loudness_lufs,
+                                 device_slots=w.max_inflight,
+                                 quality_encoder=encoder if w.quality_checks == "on" else None,
                                  on_oom_split=metrics.on_oom_retry)
-    return Runtime(settings=settings, store=store, engine=engine, processor=processor,
-                   metrics=metrics)
+    worker = SynthesisWorker(settings=settings, processor=processor, metrics=metrics,
+                             **worker_options)
+    return WorkerRuntime(settings=settings, store=store, engine=engine, processor=processor,
+                         metrics=metrics, worker=worker)
+
+
+def build_aggregator(settings: Settings, *, datadir: Path | None = None,
+                     tick_s: float | None = None) -> JobAggregator:
+    """The job aggregator's faust app; its folder defaults to <state dir>/aggregator."""
+    from consumers.aggregator.app import JobAggregator
+
+    return JobAggregator(settings, store=make_store(settings.store),
+                         datadir=datadir or settings.aggregator.datadir_path(), tick_s=tick_s)

@@ -36,7 +36,7 @@ import faust
 from faust.types import TP
 from faust.web import Request, Response, View
 
-from consumers.aggregator.emit import JobEmitter, store_for
+from consumers.aggregator.emit import JobEmitter
 from consumers.aggregator.metrics import AggregatorMetrics
 from consumers.aggregator.state import (
     JobState,
@@ -46,8 +46,9 @@ from consumers.aggregator.state import (
     merge_result,
     ready,
 )
-from consumers.kafka import make_producer
-from topics.config import Settings
+from consumers.kafka import make_producer, security_kwargs
+from consumers.settings import KafkaSettings, Settings
+from pipeline.storage import ObjectStore
 from topics.events import decode_result
 from topics.partitioning import partition_for
 from topics.specs import RESULTS, topic_names
@@ -62,48 +63,44 @@ MARKER_TTL_S = RESULTS.retention_ms / 1000 + 24 * 3600 if RESULTS.retention_ms e
 
 def app_id(settings: Settings) -> str:
     """Also the consumer group and the prefix of faust's topics, so tenants stay apart."""
-    return settings.topic_prefix + APP_ID
+    return settings.kafka.topic_prefix + APP_ID
 
 
-def broker_credentials(settings: Settings) -> faust.auth.Credentials | None:
-    from aiokafka.helpers import create_ssl_context
-
-    protocol = settings.kafka_security_protocol.upper()
-    if protocol == "PLAINTEXT":
-        return None
-    ssl_context = create_ssl_context() if protocol in ("SSL", "SASL_SSL") else None
-    if protocol.startswith("SASL"):
-        return faust.SASLCredentials(username=settings.kafka_sasl_username,
-                                     password=settings.kafka_sasl_password.reveal(),
-                                     mechanism=settings.kafka_sasl_mechanism or "PLAIN",
-                                     ssl_context=ssl_context)
-    if protocol == "SSL":
-        assert ssl_context is not None
-        return faust.SSLCredentials(ssl_context)
-    raise ValueError(f"VF_KAFKA_SECURITY_PROTOCOL {settings.kafka_security_protocol!r} is not "
-                     "one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL")
+def broker_credentials(kafka: KafkaSettings) -> faust.auth.Credentials | None:
+    """faust's form of the same security arguments the aiokafka clients get."""
+    kwargs = security_kwargs(kafka)
+    if "sasl_mechanism" in kwargs:
+        return faust.SASLCredentials(username=kwargs["sasl_plain_username"],
+                                     password=kwargs["sasl_plain_password"],
+                                     mechanism=kwargs["sasl_mechanism"],
+                                     ssl_context=kwargs.get("ssl_context"))
+    if "ssl_context" in kwargs:
+        return faust.SSLCredentials(kwargs["ssl_context"])
+    return None
 
 
 class JobAggregator:
     """The faust app, its table, agent, timer and pages, around one `JobEmitter`."""
 
-    def __init__(self, settings: Settings, *, datadir: Path | None = None,
+    def __init__(self, settings: Settings, *, store: ObjectStore, datadir: Path | None = None,
                  tick_s: float | None = None, metrics: AggregatorMetrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics if metrics is not None else AggregatorMetrics()
-        names = topic_names(settings.topic_prefix)
+        self._store = store
+        names = topic_names(settings.kafka.topic_prefix)
         self._results_topic = names.results
         self._jobs_topic = names.jobs
-        self._timeout_s = float(settings.job_timeout_seconds)
-        web = settings.aggregator_port > 0
+        agg, member = settings.aggregator, settings.worker  # process identity: worker group
+        self._timeout_s = float(agg.job_timeout_seconds)
+        web = agg.port > 0
         self.app = faust.App(
             app_id(settings),
-            broker=[f"kafka://{hp.strip()}" for hp in settings.kafka_bootstrap.split(",")],
-            broker_credentials=broker_credentials(settings),
+            broker=[f"kafka://{hp.strip()}" for hp in settings.kafka.bootstrap.split(",")],
+            broker_credentials=broker_credentials(settings.kafka),
             store="memory://",
-            datadir=str(datadir or Path(settings.aggregator_datadir)),
+            datadir=str(datadir or agg.datadir_path()),
             topic_partitions=RESULTS.partitions,
-            topic_replication_factor=settings.aggregator_replication_factor,
+            topic_replication_factor=agg.replication_factor,
             topic_disable_leader=True,
             consumer_auto_offset_reset="earliest",
             processing_guarantee="at_least_once",
@@ -111,12 +108,12 @@ class JobAggregator:
             broker_commit_interval=1.0,
             # Static membership: a restarted aggregator (same VF_INSTANCE_ID) takes its
             # partitions straight back instead of waiting out the dead member's session.
-            consumer_group_instance_id=f"{settings.instance_id}-aggregator",
-            broker_session_timeout=settings.session_timeout_ms / 1000,
+            consumer_group_instance_id=f"{member.instance_id}-aggregator",
+            broker_session_timeout=member.session_timeout_ms / 1000,
             web_enabled=web,
-            web_bind=settings.metrics_host,
-            web_port=settings.aggregator_port if web else 6066,  # unused when disabled
-            web_host=settings.metrics_host,
+            web_bind=member.metrics_host,
+            web_port=agg.port if web else 6066,  # unused when disabled
+            web_host=member.metrics_host,
         )
         self.results = self.app.topic(self._results_topic, key_type=bytes, value_type=bytes,
                                       key_serializer="raw", value_serializer="raw")
@@ -220,8 +217,8 @@ class JobAggregator:
 
     async def _ensure_emitter(self) -> JobEmitter:
         if self._emitter is None:
-            emitter = JobEmitter(settings=self.settings, store=store_for(self.settings),
-                                 producer=make_producer(self.settings),
+            emitter = JobEmitter(settings=self.settings, store=self._store,
+                                 producer=make_producer(self.settings.kafka),
                                  jobs_topic=self._jobs_topic)
             await emitter.start()
             self._emitter = emitter
@@ -268,9 +265,8 @@ class JobAggregator:
         del healthz, readyz, metrics
 
 
-def run(settings: Settings, *, datadir: Path | None = None, loglevel: str = "info") -> int:
+def run(aggregator: JobAggregator, *, loglevel: str = "info") -> int:
     """Run until SIGTERM/SIGINT: faust's worker stops the agent, commits and leaves."""
-    aggregator = JobAggregator(settings, datadir=datadir)
     if loglevel != "debug":
         # faust narrates every service start and stop at INFO; ours say what matters.
         for name in ("faust", "mode"):

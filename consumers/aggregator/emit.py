@@ -35,13 +35,13 @@ from consumers.aggregator.state import (
     decode_manifest,
 )
 from consumers.kafka import make_consumer
+from consumers.settings import Settings
 from pipeline.assembly import assemble
 from pipeline.audio import decode
 from pipeline.encode import CONTENT_TYPES, encode
 from pipeline.keys import job_json_key, job_script_key, job_subtitles_key, job_track_key
 from pipeline.storage import ObjectStore
 from pipeline.subtitles import cues, render_srt
-from topics.config import Settings
 from topics.events import AudioRef, JobCompleted, decode_job
 from topics.events import encode as encode_event
 from topics.partitioning import partition_for
@@ -51,13 +51,6 @@ log = logging.getLogger(__name__)
 
 OUTBOX_PARTITION = "vf-jobs-partition"
 OUTBOX_OFFSET = "vf-jobs-offset"
-
-
-def store_for(settings: Settings) -> ObjectStore:
-    # Not consumers.wiring.make_store: that module loads the synthesis engines.
-    return ObjectStore(endpoint=settings.s3_endpoint, access_key=settings.s3_access_key,
-                       secret_key=settings.s3_secret_key.reveal(), bucket=settings.s3_bucket,
-                       region=settings.s3_region)
 
 
 class JobEmitter:
@@ -70,7 +63,7 @@ class JobEmitter:
         self._partitions = JOBS.partitions
         # One reader for end offsets and outbox scans; emits are serialised by the caller.
         self._reader: AIOKafkaConsumer = make_consumer(
-            settings, enable_auto_commit=False, group_id=None)
+            settings.kafka, enable_auto_commit=False, group_id=None)
 
     async def start(self) -> None:
         await self._producer.start()
@@ -112,7 +105,7 @@ class JobEmitter:
     def _write_artifacts(self, state: JobState) -> JobCompleted:
         manifest = self._manifest(state.job_id)
         gap_ms = manifest.gap_ms if manifest and manifest.gap_ms is not None else \
-            self._settings.job_gap_ms
+            self._settings.aggregator.job_gap_ms
         completed_at = datetime.now(UTC).isoformat(timespec="milliseconds").replace(
             "+00:00", "Z")
         draft = build_job(state, manifest=manifest, gap_s=gap_ms / 1000,
@@ -155,7 +148,7 @@ class JobEmitter:
         key = job_track_key(draft.job_id, fmt)
         self._store.put(key, data, CONTENT_TYPES[fmt])
         return AudioRef(bucket=self._store.bucket, key=key,
-                        url=self._store.presign(key, self._settings.presign_seconds),
+                        url=self._store.presign(key, self._settings.store.presign_seconds),
                         format=fmt, sample_rate=audio.sample_rate,
                         duration_s=round(audio.duration_s, 3), bytes=len(data),
                         sha256=hashlib.sha256(data).hexdigest())

@@ -1,8 +1,10 @@
 """`voicefactory demo`: the whole product on the local stack in one command.
 
-dev up -> make a reference clip with espeak-ng -> register it as a voice -> run a worker in
-this process -> request three lines (Mandarin, Cantonese, English) -> wait for the results ->
-download each clip -> print where everything is -> stop the worker.
+dev up (by the CLI) -> make a reference clip with espeak-ng -> register it as a voice -> run
+a worker in this process (`consumers.wiring.build_worker`, metrics port off) -> request
+three lines (Mandarin, Cantonese, English) -> wait for the results -> download each clip
+into the out folder (default <state dir>/demo) -> print where everything is -> stop the
+worker.
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ from typing import TextIO
 
 from consumers import logs
 from consumers.clients.produce import new_request_id, publish_voice, request_and_wait
-from consumers.wiring import build_runtime
-from consumers.worker.loop import SynthesisWorker
+from consumers.settings import Settings
+from consumers.wiring import build_worker
 from pipeline.audio import decode, speech_seconds
 from pipeline.voices import register_voice
-from topics.config import Settings
 from topics.events import SynthesisRequest
 
 DEMO_VOICE = "demo-narrator"
@@ -43,21 +44,20 @@ def make_reference(path: Path) -> bytes:
 async def run_demo(settings: Settings, out_dir: Path, out: TextIO = sys.stdout) -> int:
     started = time.monotonic()
     logs.configure("text", "WARNING")
-    runtime = build_runtime(settings)
+    # metrics_port -1: the demo's worker must not collide with a real worker's port.
+    runtime = build_worker(settings.with_overrides(worker={"metrics_port": -1}))
     reference = make_reference(out_dir / "reference.wav")
     voice = register_voice(runtime.store, voice_id=DEMO_VOICE, reference=reference,
                            prompt_text=REFERENCE_TEXT, language="en")
     await publish_voice(settings, voice)
     print(f"voice {DEMO_VOICE}: registered ({voice.reference})", file=out)
-    # metrics_port -1: the demo's worker must not collide with a real worker's port.
-    worker = SynthesisWorker(settings=settings.with_overrides(metrics_port=-1),
-                             processor=runtime.processor, metrics=runtime.metrics)
+    worker = runtime.worker
     worker_task = asyncio.create_task(worker.run())
     requests = [SynthesisRequest(request_id=new_request_id(), voice_id=DEMO_VOICE, text=text,
                                  language=lang, metadata={"demo_line": i})
                 for i, (lang, text) in enumerate(LINES)]
     try:
-        print(f"submitted {len(requests)} requests to {settings.topic_prefix}tts.requests; "
+        print(f"submitted {len(requests)} requests to {settings.kafka.topic_prefix}tts.requests; "
               "waiting for results ...", file=out)
         results = await request_and_wait(settings, requests, timeout_s=180)
     finally:

@@ -1,7 +1,8 @@
 """`voicefactory job run SCRIPT`: a video script in, one request per line out, results followed.
 
-Flow: SCRIPT (YAML or JSON) -> `load_script` (every line checked by the worker's own
-request rules, so a bad line fails here with exit 2, before anything is produced) ->
+Flow: SCRIPT (YAML or JSON) -> `consumers.clients.scripts.load_script` (every line checked by
+the worker's own request rules, so a bad line fails there with exit 2, before anything is
+produced) -> `put_manifest`:
 `jobs/{job_id}/script.json` in the store (the texts for the subtitles and the job's gap /
 concat options, read by the aggregator) -> requests keyed by voice ID, each with
 `job: {id, index, total}` and the request ID `{job_id}-{index:04d}` -> `tts.requests`.
@@ -20,24 +21,20 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
-import yaml
 from aiokafka import TopicPartition
 
-from consumers.aggregator.emit import store_for
-from consumers.aggregator.state import JobManifest, ManifestLine, encode_manifest
+from consumers.aggregator.state import encode_manifest
+from consumers.clients.scripts import Script
 from consumers.kafka import make_consumer, make_producer
+from consumers.settings import Settings
+from consumers.wiring import make_store
 from pipeline.keys import job_json_key, job_script_key
 from pipeline.storage import ObjectStore
-from topics.config import Settings
-from topics.errors import VoiceFactoryError
+from topics.errors import LocalError
 from topics.events import (
     JobCompleted,
-    SynthesisRequest,
     SynthesisResult,
     decode_job,
     decode_result,
@@ -45,116 +42,10 @@ from topics.events import (
 )
 from topics.partitioning import partition_for
 from topics.specs import JOBS, RESULTS, topic_names
-from topics.validation import REQUEST_ID_MAX, check_id, decode_request
-
-_LINE_KEYS = {"voice", "text", "instruct", "language", "format", "sample_rate", "speed",
-              "metadata", "mode"}
-_TOP_KEYS = {"job_id", "lines", "gap_ms", "concat", "track_format", "language", "format",
-             "voice"}
-FORMATS = ("wav", "flac", "mp3", "opus")
 
 
-class ScriptError(ValueError):
-    """The script cannot become a job; the message names the file, line and rule."""
-
-
-class JobAlreadyFinished(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True)
-class Script:
-    job_id: str
-    requests: list[SynthesisRequest]
-    manifest: JobManifest
-
-
-def request_id_for(job_id: str, index: int) -> str:
-    return f"{job_id}-{index:04d}"
-
-
-def load_script(path: Path, *, concat: bool | None = None) -> Script:
-    """Read and check a script; `concat` (the --concat flag) overrides the script's own."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScriptError(f"{path}: {exc.strerror or exc}") from None
-    try:
-        doc = orjson.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ScriptError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                          f"{exc}") from None
-    return parse_script(doc, source=str(path), concat=concat)
-
-
-def parse_script(doc: Any, *, source: str = "script", concat: bool | None = None) -> Script:
-    if not isinstance(doc, dict):
-        raise ScriptError(f"{source}: expected a mapping with job_id and lines")
-    unknown = sorted(set(doc) - _TOP_KEYS)
-    if unknown:
-        raise ScriptError(f"{source}: unknown keys {unknown}; allowed: {sorted(_TOP_KEYS)}")
-    job_id = doc.get("job_id")
-    if not isinstance(job_id, str):
-        raise ScriptError(f"{source}: job_id is required (a string)")
-    try:
-        check_id("job_id", job_id, REQUEST_ID_MAX - 5)  # room for "-0000"
-    except ValueError as exc:
-        raise ScriptError(f"{source}: {exc}") from None
-    lines = doc.get("lines")
-    if not isinstance(lines, list) or not lines:
-        raise ScriptError(f"{source}: lines must be a non-empty list")
-    if len(lines) > 10_000:
-        raise ScriptError(f"{source}: {len(lines)} lines; a job holds at most 10000")
-    gap_ms = _optional_int(doc, "gap_ms", source)
-    track_format = doc.get("track_format", "wav")
-    if track_format not in FORMATS:
-        raise ScriptError(f"{source}: track_format {track_format!r} is not one of {FORMATS}")
-    use_concat = bool(doc.get("concat", False)) if concat is None else concat
-    requests = [_request(job_id, i, line, doc, len(lines), source)
-                for i, line in enumerate(lines)]
-    manifest = JobManifest(
-        job_id=job_id, total=len(requests), gap_ms=gap_ms, concat=use_concat,
-        track_format=track_format, created_at=_now(),
-        lines=[ManifestLine(index=i, request_id=r.request_id, voice_id=r.voice_id, text=r.text)
-               for i, r in enumerate(requests)])
-    return Script(job_id=job_id, requests=requests, manifest=manifest)
-
-
-def _request(job_id: str, index: int, line: Any, doc: dict[str, Any], total: int,
-             source: str) -> SynthesisRequest:
-    where = f"{source}: line {index + 1}"
-    if not isinstance(line, dict):
-        raise ScriptError(f"{where}: expected a mapping with voice and text")
-    unknown = sorted(set(line) - _LINE_KEYS)
-    if unknown:
-        raise ScriptError(f"{where}: unknown keys {unknown}; allowed: {sorted(_LINE_KEYS)}")
-    voice = line.get("voice", doc.get("voice"))
-    if not isinstance(voice, str) or not isinstance(line.get("text"), str):
-        raise ScriptError(f"{where}: voice and text are required strings")
-    obj: dict[str, Any] = {
-        "request_id": request_id_for(job_id, index), "voice_id": voice, "text": line["text"],
-        "job": {"id": job_id, "index": index, "total": total}}
-    for name in ("instruct", "language", "format", "sample_rate", "speed", "metadata", "mode"):
-        value = line.get(name, doc.get(name) if name in ("language", "format") else None)
-        if value is not None:
-            obj[name] = value
-    try:
-        return decode_request(orjson.dumps(obj))
-    except VoiceFactoryError as exc:
-        raise ScriptError(f"{where}: {exc.message}") from None
-
-
-def _optional_int(doc: dict[str, Any], name: str, source: str) -> int | None:
-    value = doc.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ScriptError(f"{source}: {name} must be a whole number >= 0, got {value!r}")
-    return value
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+class JobAlreadyFinished(LocalError):
+    """The job ID's job.json exists: its event is out, a rerun needs a new job_id."""
 
 
 # --- progress and summary -----------------------------------------------------------------
@@ -287,10 +178,10 @@ def put_manifest(store: ObjectStore, script: Script) -> None:
 async def run_job(settings: Settings, script: Script, *, wait: bool, timeout_s: float,
                   job_timeout_s: float, stream: TextIO = sys.stderr) -> Outcome | None:
     """Produce the script's requests; with `wait`, follow them until answered or timed out."""
-    names = topic_names(settings.topic_prefix)
-    consumer = make_consumer(settings, enable_auto_commit=False, group_id=None) if wait \
+    names = topic_names(settings.kafka.topic_prefix)
+    consumer = make_consumer(settings.kafka, enable_auto_commit=False, group_id=None) if wait \
         else None
-    producer = make_producer(settings, linger_ms=5)
+    producer = make_producer(settings.kafka, linger_ms=5)
     await producer.start()
     try:
         tps: Sequence[TopicPartition] = ()
@@ -361,7 +252,7 @@ def run_command(settings: Settings, script: Script, *, wait: bool, timeout_s: fl
                 err: TextIO = sys.stderr) -> int:
     """`job run` after the script parsed: 0 when every line succeeded (or, without --wait,
     when every request was produced), 1 otherwise."""
-    store = store_for(settings)
+    store = make_store(settings.store)
     put_manifest(store, script)
     print(f"job {script.job_id}: script s3://{store.bucket}/{job_script_key(script.job_id)}",
           file=err)
@@ -380,50 +271,3 @@ def run_command(settings: Settings, script: Script, *, wait: bool, timeout_s: fl
         print(f"no job event within {job_timeout_s:.0f} s of the last result; is "
               "`voicefactory aggregator` running?", file=err)
     return 0 if outcome.all_succeeded(total) else 1
-
-
-async def tail_results(settings: Settings, *, from_beginning: bool, out: TextIO,
-                       limit: int | None = None, idle_s: float | None = None) -> int:
-    """`results tail`: one line per result on every partition, until interrupted (or
-    `limit` results, or `idle_s` seconds without one). Returns the count printed."""
-    topic = topic_names(settings.topic_prefix).results
-    consumer = make_consumer(settings, enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    count = 0
-    try:
-        if topic not in await consumer.topics():
-            raise RuntimeError(f"topic {topic} does not exist; run `voicefactory topics "
-                               "create`")
-        # The contract's count; `topics describe` reports a topic that drifted from it.
-        tps = [TopicPartition(topic, p) for p in range(RESULTS.partitions)]
-        consumer.assign(tps)
-        if from_beginning:
-            await consumer.seek_to_beginning(*tps)
-        else:
-            await consumer.seek_to_end(*tps)
-        last = time.monotonic()
-        while limit is None or count < limit:
-            if idle_s is not None and time.monotonic() - last > idle_s:
-                break
-            records = [r for batch in (await consumer.getmany(timeout_ms=250)).values()
-                       for r in batch]
-            for rec in records[:None if limit is None else limit - count]:
-                out.write(result_line(decode_result(rec.value or b"{}")) + "\n")
-                count += 1
-                last = time.monotonic()
-            out.flush()
-    finally:
-        await consumer.stop()
-    return count
-
-
-def result_line(result: SynthesisResult) -> str:
-    job = f" job={result.job.id}#{result.job.index}/{result.job.total}" if result.job else ""
-    if result.audio is not None:
-        detail = f"{result.audio.duration_s:.2f}s s3://{result.audio.bucket}/{result.audio.key}"
-    elif result.error is not None:
-        detail = f"{result.error.code}: {result.error.message}"
-    else:
-        detail = "-"
-    return (f"{result.completed_at} {result.status:<9} {result.request_id} "
-            f"voice={result.voice_id}{job} {detail}")

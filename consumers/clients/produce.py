@@ -17,7 +17,7 @@ import orjson
 from aiokafka import TopicPartition
 
 from consumers.kafka import make_consumer, make_producer
-from topics.config import Settings
+from consumers.settings import Settings
 from topics.events import (
     SynthesisRequest,
     SynthesisResult,
@@ -36,12 +36,12 @@ def new_request_id() -> str:
 async def request_and_wait(settings: Settings, requests: list[SynthesisRequest],
                            timeout_s: float = 120.0) -> dict[str, SynthesisResult]:
     """Produce requests keyed by voice ID and wait for every result; returns them by ID."""
-    names = topic_names(settings.topic_prefix)
+    names = topic_names(settings.kafka.topic_prefix)
     wanted = {r.request_id for r in requests}
     result_keys = {(r.job.id if r.job else r.request_id) for r in requests}
     partitions = sorted({partition_for(k, RESULTS.partitions) for k in result_keys})
-    consumer = make_consumer(settings, enable_auto_commit=False, group_id=None)
-    producer = make_producer(settings)
+    consumer = make_consumer(settings.kafka, enable_auto_commit=False, group_id=None)
+    producer = make_producer(settings.kafka)
     await consumer.start()
     await producer.start()
     try:
@@ -87,8 +87,8 @@ def read_jsonl(path: Path) -> Iterable[SynthesisRequest]:
 
 
 async def submit(settings: Settings, requests: Iterable[SynthesisRequest]) -> int:
-    names = topic_names(settings.topic_prefix)
-    producer = make_producer(settings)
+    names = topic_names(settings.kafka.topic_prefix)
+    producer = make_producer(settings.kafka)
     await producer.start()
     count = 0
     try:
@@ -105,21 +105,21 @@ async def submit(settings: Settings, requests: Iterable[SynthesisRequest]) -> in
 
 async def publish_voice(settings: Settings, event: VoiceRegistration) -> None:
     """The registration event on the compacted `tts.voices` topic, keyed by voice ID."""
-    producer = make_producer(settings)
+    topic = topic_names(settings.kafka.topic_prefix).voices
+    producer = make_producer(settings.kafka)
     await producer.start()
     try:
-        await producer.send_and_wait(topic_names(settings.topic_prefix).voices, encode(event),
-                                     key=event.voice_id.encode())
+        await producer.send_and_wait(topic, encode(event), key=event.voice_id.encode())
     finally:
         await producer.stop()
 
 
 async def publish_voice_tombstone(settings: Settings, voice_id: str) -> None:
     """A null value for the voice's key: compaction then forgets the voice on `tts.voices`."""
-    producer = make_producer(settings)
+    topic = topic_names(settings.kafka.topic_prefix).voices
+    producer = make_producer(settings.kafka)
     await producer.start()
     try:
-        await producer.send_and_wait(topic_names(settings.topic_prefix).voices, None,
-                                     key=voice_id.encode())
+        await producer.send_and_wait(topic, None, key=voice_id.encode())
     finally:
         await producer.stop()

@@ -44,6 +44,7 @@ from aiokafka.errors import KafkaError
 from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import assignors, make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
+from consumers.settings import Settings
 from consumers.worker.batching import BatcherClosed, VoiceBatcher
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.inflight import InFlightRequest
@@ -51,7 +52,6 @@ from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
 from pipeline.synthesis import Received, RequestProcessor
-from topics.config import Settings
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
 from topics.specs import topic_names
@@ -71,10 +71,10 @@ class SynthesisWorker:
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
                  commit_interval_s: float = 0.5,
                  engine_ready: Callable[[], bool] | None = None) -> None:
-        s = settings
+        s = settings.worker
         self._settings = settings
         self._processor = processor
-        self._names = topic_names(s.topic_prefix)
+        self._names = topic_names(settings.kafka.topic_prefix)
         self.metrics = metrics or WorkerMetrics()
         self._engine_ready = engine_ready or _engine_loaded
         self._commit_interval_s = commit_interval_s
@@ -118,17 +118,18 @@ class SynthesisWorker:
             log.warning("second %s: exiting at once without draining", sig.name)
             raise SystemExit(1)
         log.info("%s received: draining in-flight work (up to %.0f s), then committing",
-                 sig.name, self._settings.drain_seconds)
+                 sig.name, self._settings.worker.drain_seconds)
         self._stopping.set()
 
     async def run(self) -> None:
-        s = self._settings
+        s = self._settings.worker
         consumer = make_consumer(
-            s, group_id=s.group_id, enable_auto_commit=False, auto_offset_reset="earliest",
-            group_instance_id=s.instance_id or None, session_timeout_ms=s.session_timeout_ms,
+            self._settings.kafka, group_id=s.group_id, enable_auto_commit=False,
+            auto_offset_reset="earliest", group_instance_id=s.instance_id or None,
+            session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
             max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor))
-        producer = make_producer(s, linger_ms=2)
+        producer = make_producer(self._settings.kafka, linger_ms=2)
         self._consumer = consumer
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
                                      publisher=Publisher(producer=producer, names=self._names))
@@ -165,10 +166,10 @@ class SynthesisWorker:
                      dispatchers: list[asyncio.Task[None]]) -> None:
         """Stop fetching -> finish queued and in-flight requests -> publish -> commit."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.drain_seconds
+        deadline = loop.time() + self._settings.worker.drain_seconds
         loops[0].cancel()
         self.batcher.close()  # dispatchers hand out what is queued, then exit
-        await asyncio.wait(dispatchers, timeout=self._settings.drain_seconds)
+        await asyncio.wait(dispatchers, timeout=self._settings.worker.drain_seconds)
         # Then every record taken off the broker is answered or given back (retry timers
         # give theirs back once they see the stop).
         await self._cp.wait_idle(None, max(0.0, deadline - loop.time()))
@@ -177,7 +178,7 @@ class SynthesisWorker:
             task.cancel()
         if late:
             log.warning("drain: %d tasks unfinished after %.0f s, left to the next owner",
-                        len(late), self._settings.drain_seconds)
+                        len(late), self._settings.worker.drain_seconds)
         loops[1].cancel()
         await asyncio.gather(*loops, *late, return_exceptions=True)
         await self._cp.commit()
@@ -185,7 +186,7 @@ class SynthesisWorker:
     # -- fetching ----------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
-        consumer, cp, capacity = self._consumer, self._cp, self._settings.queue_capacity
+        consumer, cp, capacity = self._consumer, self._cp, self._settings.worker.queue_capacity
         while True:
             self.heartbeat.beat()
             # Requests waiting to be retried count too: a store outage must not turn into

@@ -1,9 +1,15 @@
 """`voicefactory dev up|down|status|env`: the loopback stack the demo and tests run on.
 
 up: install (cached) -> format KRaft storage once -> start Kafka and the S3 server as
-detached processes with pid files under `.vf/run/` -> wait until both answer -> create the
-DESIGN.md topics and the bucket. down: stop exactly the pids recorded (after checking the
-command line still is ours), wait, escalate to SIGKILL. Everything binds to 127.0.0.1.
+detached processes with pid files under `<state dir>/run/` -> wait until both answer ->
+create the DESIGN.md topics and the bucket. down: stop exactly the pids recorded (after
+checking the command line still is ours), wait, escalate to SIGKILL. Everything binds to
+127.0.0.1. The state dir is `consumers.settings.state_dir()`: VF_STATE_DIR, else the `.vf/`
+of the checkout the command runs in, else the per-user state folder.
+
+The module also implements `bench.stack.LocalStack` (all_answering, ensure_up,
+broker_started_here, restart_broker, store_started_here, kill_store), which the CLI hands
+to the benchmarks.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from consumers.settings import state_dir
 from deploy.local import install
 
 KAFKA_PORT = 9092
@@ -34,11 +41,6 @@ _HERE = Path(__file__).resolve().parent
 
 class StackError(RuntimeError):
     pass
-
-
-def state_dir() -> Path:
-    configured = os.environ.get("VF_STATE_DIR")
-    return Path(configured) if configured else _HERE.parents[1] / ".vf"
 
 
 @dataclass(frozen=True)
@@ -223,14 +225,14 @@ def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
         print(f"{service.name}: stopped (pid {pid})", file=out)
 
 
-def restart_kafka(timeout_s: float = 120.0) -> None:
+def restart_broker(timeout_s: float = 120.0) -> None:
     """SIGTERM the broker this checkout started, wait until it is gone, start it again.
 
     For fault runs (tests and benchmarks): the workers meanwhile see a broker outage.
     """
     pid = KAFKA.pid()
     if pid is None:
-        raise RuntimeError("the broker is not running from this checkout")
+        raise RuntimeError("the broker is not running from this state dir")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
     while KAFKA.pid() is not None and time.monotonic() < deadline:
@@ -243,6 +245,31 @@ def _reap(pid: int) -> None:
     # When the stack was started by this very process (tests), collect the zombie.
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def all_answering() -> bool:
+    return all(service.answering() for service in SERVICES)
+
+
+def ensure_up(timeout_s: float = 120.0) -> None:
+    """`up` without its narration: for fault runs that bring a stopped server back."""
+    up(out=io.StringIO(), timeout_s=timeout_s)
+
+
+def broker_started_here() -> bool:
+    return KAFKA.pid() is not None
+
+
+def store_started_here() -> bool:
+    return S3.pid() is not None
+
+
+def kill_store() -> None:
+    pid = S3.pid()
+    if pid is None:
+        raise RuntimeError("the S3 server is not running from this state dir")
+    os.kill(pid, signal.SIGKILL)
+    _reap(pid)
 
 
 def status(out: TextIO = sys.stdout) -> bool:

@@ -16,11 +16,10 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from minio import Minio
 
-from consumers.wiring import build_runtime
-from consumers.worker.loop import SynthesisWorker
+from consumers.settings import KafkaSettings, Secret, Settings, StoreSettings, WorkerSettings
+from consumers.wiring import build_worker
 from deploy.local import stack
 from topics.admin import admin_client, create_topics
-from topics.config import Secret, Settings
 
 pytestmark = pytest.mark.integration
 
@@ -48,12 +47,14 @@ def bucket(local_stack: None) -> str:
 async def settings(bucket: str) -> Settings:
     prefix = f"t{uuid.uuid4().hex[:8]}."
     result = Settings(
-        kafka_bootstrap=f"127.0.0.1:{stack.KAFKA_PORT}", topic_prefix=prefix,
-        s3_endpoint=f"http://127.0.0.1:{stack.S3_PORT}", s3_access_key=stack.S3_ACCESS_KEY,
-        s3_secret_key=Secret(stack.S3_SECRET_KEY), s3_bucket=bucket,
-        group_id=f"vf-synth-{prefix}", instance_id=f"test-{prefix}", metrics_port=0,
-        metrics_host="127.0.0.1", session_timeout_ms=10_000)
-    admin = admin_client(result.kafka_bootstrap)
+        kafka=KafkaSettings(bootstrap=f"127.0.0.1:{stack.KAFKA_PORT}", topic_prefix=prefix),
+        store=StoreSettings(endpoint=f"http://127.0.0.1:{stack.S3_PORT}",
+                            access_key=stack.S3_ACCESS_KEY,
+                            secret_key=Secret(stack.S3_SECRET_KEY), bucket=bucket),
+        worker=WorkerSettings(group_id=f"vf-synth-{prefix}", instance_id=f"test-{prefix}",
+                              metrics_port=0, metrics_host="127.0.0.1",
+                              session_timeout_ms=10_000))
+    admin = admin_client(result.kafka.bootstrap)
     await admin.start()
     try:
         await create_topics(admin, prefix=prefix)
@@ -63,11 +64,11 @@ async def settings(bucket: str) -> Settings:
 
 
 class RunningWorker:
+    """`build_worker`'s worker (the CLI's objects) as a task on the test's event loop."""
+
     def __init__(self, settings: Settings) -> None:
-        runtime = build_runtime(settings)
-        self.runtime = runtime
-        self.worker = SynthesisWorker(settings=settings, processor=runtime.processor,
-                                      metrics=runtime.metrics, retry_base_s=0.05)
+        self.runtime = build_worker(settings, retry_base_s=0.05)
+        self.worker = self.runtime.worker
         self.task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> RunningWorker:
@@ -96,6 +97,6 @@ def voice(settings: Settings, tmp_path: object) -> str:
     from pipeline.voices import register_voice
 
     reference = make_reference(Path(str(tmp_path)) / "reference.wav")
-    register_voice(make_store(settings), voice_id="narrator-1", reference=reference,
+    register_voice(make_store(settings.store), voice_id="narrator-1", reference=reference,
                    prompt_text=REFERENCE_TEXT, language="en")
     return "narrator-1"

@@ -13,10 +13,10 @@ from aiokafka.admin import NewTopic
 
 import voicefactory
 from consumers.clients.produce import request_and_wait
+from consumers.settings import Settings
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_worker import _read_all
 from topics.admin import admin_client
-from topics.config import Settings
 from topics.events import SynthesisRequest, decode_result
 from topics.partitioning import partition_for
 from topics.specs import topic_names
@@ -27,16 +27,16 @@ needs_kcat = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not i
 
 def _kcat_produce(settings: Settings, topic: str, lines: list[tuple[str, bytes]]) -> None:
     payload = b"".join(key.encode() + b"\x1f" + value + b"\n" for key, value in lines)
-    subprocess.run(["kcat", "-P", "-b", settings.kafka_bootstrap, "-t", topic, "-K", "\x1f",
+    subprocess.run(["kcat", "-P", "-b", settings.kafka.bootstrap, "-t", topic, "-K", "\x1f",
                     "-X", "partitioner=murmur2_random"], input=payload, check=True, timeout=30)
 
 
 @needs_kcat
 async def test_kcat_messages_land_where_partition_for_predicts(settings: Settings) -> None:
-    names = topic_names(settings.topic_prefix)
+    names = topic_names(settings.kafka.topic_prefix)
     keys = [f"voice-{i}" for i in range(40)] + ["客服-广州", "a", "zz:9"]
     _kcat_produce(settings, names.requests, [(k, orjson.dumps({"k": k})) for k in keys])
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap,
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -55,7 +55,7 @@ async def test_kcat_messages_land_where_partition_for_predicts(settings: Setting
 @needs_kcat
 async def test_kcat_requests_are_served_rejected_or_dead_lettered(
         settings: Settings, voice: str) -> None:
-    names = topic_names(settings.topic_prefix)
+    names = topic_names(settings.kafka.topic_prefix)
     good_id = f"kcat-{uuid.uuid4().hex[:8]}"
     _kcat_produce(settings, names.requests, [
         (voice, orjson.dumps({"request_id": good_id, "voice_id": voice, "text": "From kcat."})),
@@ -81,20 +81,20 @@ async def test_kcat_requests_are_served_rejected_or_dead_lettered(
 async def test_topics_describe_exits_nonzero_on_a_wrong_partition_count(
         settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     prefix = f"drift{uuid.uuid4().hex[:6]}."
-    admin = admin_client(settings.kafka_bootstrap)
+    admin = admin_client(settings.kafka.bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(prefix + "tts.requests", 3, 1)])
     finally:
         await admin.close()
-    args = ["topics", "create", "--bootstrap", settings.kafka_bootstrap, "--topic-prefix",
+    args = ["topics", "create", "--bootstrap", settings.kafka.bootstrap, "--topic-prefix",
             prefix]
     code = await _in_thread(args)
     assert code == 1
     err = capsys.readouterr().err
     assert f"{prefix}tts.requests: partitions is 3, spec says 12" in err
-    assert await _in_thread(["topics", "describe", "--bootstrap", settings.kafka_bootstrap,
-                             "--topic-prefix", settings.topic_prefix]) == 0
+    assert await _in_thread(["topics", "describe", "--bootstrap", settings.kafka.bootstrap,
+                             "--topic-prefix", settings.kafka.topic_prefix]) == 0
 
 
 async def _in_thread(argv: list[str]) -> int:
@@ -108,9 +108,9 @@ async def test_traceparent_is_carried_from_request_to_result(
         settings: Settings, voice: str) -> None:
     from aiokafka import AIOKafkaProducer
 
-    names = topic_names(settings.topic_prefix)
+    names = topic_names(settings.kafka.topic_prefix)
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
     await producer.start()
     try:
         sent: list[tuple[str, list[tuple[str, bytes]]]] = [
@@ -126,7 +126,7 @@ async def test_traceparent_is_carried_from_request_to_result(
         sentinel = SynthesisRequest(request_id=f"s-{uuid.uuid4().hex[:8]}", voice_id=voice,
                                     text="Sentinel.", language="en")
         await request_and_wait(settings, [sentinel], timeout_s=60)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap,
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     headers: dict[str, str] = {}

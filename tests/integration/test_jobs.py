@@ -20,17 +20,19 @@ import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.aggregator.emit import OUTBOX_OFFSET, OUTBOX_PARTITION, JobEmitter, store_for
+from consumers.aggregator.emit import OUTBOX_OFFSET, OUTBOX_PARTITION, JobEmitter
 from consumers.aggregator.state import JobState, merge
-from consumers.clients.jobs import Script, parse_script, put_manifest, run_job
+from consumers.clients.jobs import put_manifest, run_job
+from consumers.clients.scripts import Script, parse_script
 from consumers.kafka import make_consumer, make_producer
+from consumers.settings import Settings
+from consumers.wiring import make_store
 from pipeline.audio import decode
 from pipeline.keys import job_json_key, job_subtitles_key, job_track_key
 from pipeline.subtitles import parse_srt
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_worker import _read_all
 from tests.integration.workers import REPO, worker_env
-from topics.config import Settings
 from topics.events import (
     AudioRef,
     JobCompleted,
@@ -151,7 +153,7 @@ def voices(settings: Settings, tmp_path: Path) -> list[str]:
     from pipeline.voices import register_voice
 
     reference = make_reference(tmp_path / "reference.wav")
-    store = store_for(settings)
+    store = make_store(settings.store)
     for voice_id in ("narrator", "li", "sam"):
         register_voice(store, voice_id=voice_id, reference=reference,
                        prompt_text=REFERENCE_TEXT, language="en")
@@ -165,7 +167,7 @@ def _script(job_id: str, lines: list[tuple[str, str, str]], **options: object) -
 
 
 async def _job_events(settings: Settings, job_id: str) -> list[JobCompleted]:
-    values = await _read_all(settings, topic_names(settings.topic_prefix).jobs, timeout_s=10)
+    values = await _read_all(settings, topic_names(settings.kafka.topic_prefix).jobs, timeout_s=10)
     return [e for e in map(decode_job, values) if e.job_id == job_id]
 
 
@@ -181,12 +183,13 @@ async def _wait_for_job(settings: Settings, job_id: str, timeout_s: float,
 
 
 async def _results_for(settings: Settings, job_id: str) -> list[bytes]:
-    values = await _read_all(settings, topic_names(settings.topic_prefix).results, timeout_s=10)
+    values = await _read_all(settings, topic_names(settings.kafka.topic_prefix).results,
+                             timeout_s=10)
     return [v for v in values if (r := decode_result(v)).job and r.job.id == job_id]
 
 
 async def _produce(settings: Settings, topic: str, values: list[tuple[bytes, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
     await producer.start()
     try:
         for key, value in values:
@@ -197,10 +200,10 @@ async def _produce(settings: Settings, topic: str, values: list[tuple[bytes, byt
 
 def _check_timeline_and_subtitles(settings: Settings, event: JobCompleted) -> None:
     """Clips in index order; SRT cue i lasts clip i's duration and starts at its span."""
-    store = store_for(settings)
+    store = make_store(settings.store)
     assert [c.index for c in event.clips] == list(range(len(LINES)))
     assert [c.text for c in event.clips] == [t for _, _, t in LINES]
-    assert event.subtitles == f"s3://{settings.s3_bucket}/jobs/{event.job_id}/subtitles.srt"
+    assert event.subtitles == f"s3://{settings.store.bucket}/jobs/{event.job_id}/subtitles.srt"
     srt = store.get(event.subtitles.split("/", 3)[3])
     assert srt is not None
     cues = parse_srt(srt.decode())
@@ -221,7 +224,7 @@ async def test_a_12_line_3_voice_job_becomes_exactly_one_event_with_subtitles_an
     aggregator.start()
     await aggregator.ready()
     script = _script("ep12", LINES, gap_ms=200, concat=True)
-    put_manifest(store_for(settings), script)
+    put_manifest(make_store(settings.store), script)
     async with RunningWorker(settings):
         outcome = await run_job(settings, script, wait=True, timeout_s=240, job_timeout_s=60,
                                 stream=sys.stderr)
@@ -233,7 +236,7 @@ async def test_a_12_line_3_voice_job_becomes_exactly_one_event_with_subtitles_an
     assert {c.voice_id for c in event.clips} == set(voices)
     _check_timeline_and_subtitles(settings, event)
 
-    store = store_for(settings)
+    store = make_store(settings.store)
     assert event.track is not None and event.track.key == job_track_key("ep12", "wav")
     track = decode(store.get(event.track.key) or b"")
     assert abs(track.duration_s - event.timeline[-1].end_s) <= 0.010
@@ -246,8 +249,8 @@ async def test_a_12_line_3_voice_job_becomes_exactly_one_event_with_subtitles_an
     # The example downstream consumer reads the event and prints the assembly plan.
     plan = subprocess.run(
         [sys.executable, str(REPO / "docs/examples/video-factory/plan.py"), "--from-beginning",
-         "--bootstrap", settings.kafka_bootstrap,
-         "--topic", topic_names(settings.topic_prefix).jobs, "--job", "ep12"],
+         "--bootstrap", settings.kafka.bootstrap,
+         "--topic", topic_names(settings.kafka.topic_prefix).jobs, "--job", "ep12"],
         capture_output=True, text=True, timeout=60, check=True).stdout
     rows = [line for line in plan.splitlines() if "s3://" in line and "audio/" in line]
     assert len(rows) == 12 and LINES[-1][2] in rows[-1]
@@ -260,8 +263,8 @@ async def test_killed_mid_job_and_fed_duplicates_it_still_emits_one_event(
     # A short timeout, so that a state lost in a restart would show up as a partial event.
     aggregator = Aggregator(settings, tmp_path, timeout_s=15)
     script = _script("ep13", LINES, gap_ms=200)
-    put_manifest(store_for(settings), script)
-    names = topic_names(settings.topic_prefix)
+    put_manifest(make_store(settings.store), script)
+    names = topic_names(settings.kafka.topic_prefix)
     first, second = script.requests[:6], script.requests[6:]
     aggregator.start()
     try:
@@ -311,18 +314,18 @@ async def test_a_job_whose_lines_stop_arriving_closes_as_partial(
     try:
         await agg.ready()
         results = [_fake_result("adhoc", i, total=3, text=f"line {i}") for i in (0, 2)]
-        await _produce(settings, topic_names(settings.topic_prefix).results,
+        await _produce(settings, topic_names(settings.kafka.topic_prefix).results,
                        [(b"adhoc", encode(r)) for r in results])
         started = time.monotonic()
         event = await _wait_for_job(settings, "adhoc", 30, agg)
         assert time.monotonic() - started >= 2.5  # not before the timeout
         assert event.status == "partial" and event.missing == [1]
         assert [(c.index, c.text) for c in event.clips] == [(0, "line 0"), (2, "line 2")]
-        srt = store_for(settings).get(job_subtitles_key("adhoc"))
+        srt = make_store(settings.store).get(job_subtitles_key("adhoc"))
         assert srt is not None
         assert [c.text for c in parse_srt(srt.decode())] == ["line 0", "line 2"]
         # the missing line turning up late does not reopen the job
-        await _produce(settings, topic_names(settings.topic_prefix).results,
+        await _produce(settings, topic_names(settings.kafka.topic_prefix).results,
                        [(b"adhoc", encode(_fake_result("adhoc", 1, total=3)))])
         await asyncio.sleep(5)
         assert len(await _job_events(settings, "adhoc")) == 1
@@ -346,9 +349,9 @@ async def test_the_outbox_note_stops_a_second_produce_after_a_crash(
     """The crash window between the broker's ack and the table's emitted mark: a fresh
     emitter (a restarted process) finds the event on the topic and does not produce it."""
     state = _complete_state("crash", 2)
-    names = topic_names(settings.topic_prefix)
-    store = store_for(settings)
-    first = JobEmitter(settings=settings, store=store, producer=make_producer(settings),
+    names = topic_names(settings.kafka.topic_prefix)
+    store = make_store(settings.store)
+    first = JobEmitter(settings=settings, store=store, producer=make_producer(settings.kafka),
                        jobs_topic=names.jobs)
     await first.start()
     try:
@@ -356,7 +359,7 @@ async def test_the_outbox_note_stops_a_second_produce_after_a_crash(
     finally:
         await first.stop()
     assert produced
-    again = JobEmitter(settings=settings, store=store, producer=make_producer(settings),
+    again = JobEmitter(settings=settings, store=store, producer=make_producer(settings.kafka),
                        jobs_topic=names.jobs)
     await again.start()
     try:
@@ -403,10 +406,10 @@ async def _jobs_end(settings: Settings, job_id: str) -> tuple[int, int]:
     from topics.specs import JOBS
 
     partition = partition_for(job_id, JOBS.partitions)
-    consumer = make_consumer(settings, enable_auto_commit=False, group_id=None)
+    consumer = make_consumer(settings.kafka, enable_auto_commit=False, group_id=None)
     await consumer.start()
     try:
-        tp = TopicPartition(topic_names(settings.topic_prefix).jobs, partition)
+        tp = TopicPartition(topic_names(settings.kafka.topic_prefix).jobs, partition)
         return partition, int((await consumer.end_offsets([tp]))[tp])
     finally:
         await consumer.stop()
@@ -419,9 +422,9 @@ async def _committed_at_least(settings: Settings, job_id: str, offset: int,
     from topics.partitioning import partition_for
     from topics.specs import RESULTS
 
-    tp = TopicPartition(topic_names(settings.topic_prefix).results,
+    tp = TopicPartition(topic_names(settings.kafka.topic_prefix).results,
                         partition_for(job_id, RESULTS.partitions))
-    consumer = make_consumer(settings, enable_auto_commit=False, group_id=app_id(settings))
+    consumer = make_consumer(settings.kafka, enable_auto_commit=False, group_id=app_id(settings))
     await consumer.start()
     try:
         deadline = time.monotonic() + timeout_s

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from consumers.settings import Settings
 from deploy.local import stack
 from topics.admin import admin_client, describe_topics, drift
-from topics.config import Settings
 from topics.specs import ALL_TOPICS
 
 pytestmark = pytest.mark.integration
@@ -36,16 +36,16 @@ def test_second_up_is_fast_and_changes_nothing(local_stack: None) -> None:
 
 
 async def test_topics_match_the_design(settings: Settings) -> None:
-    admin = admin_client(settings.kafka_bootstrap)
+    admin = admin_client(settings.kafka.bootstrap)
     await admin.start()
     try:
-        states = await describe_topics(admin, prefix=settings.topic_prefix)
+        states = await describe_topics(admin, prefix=settings.kafka.topic_prefix)
     finally:
         await admin.close()
     by_name = {s.name: s for s in states}
     for spec in ALL_TOPICS:
-        state = by_name[settings.topic_prefix + spec.name]
+        state = by_name[settings.kafka.topic_prefix + spec.name]
         assert state.exists
         assert state.partitions == spec.partitions
         assert state.configs["cleanup.policy"] == spec.cleanup_policy
-    assert drift(states, prefix=settings.topic_prefix) == []
+    assert drift(states, prefix=settings.kafka.topic_prefix) == []

@@ -12,12 +12,12 @@ import pytest
 
 from consumers.clients.demo import REFERENCE_TEXT, make_reference
 from consumers.clients.produce import publish_voice_tombstone, request_and_wait
+from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline import keys
 from pipeline.voices import register_voice, remove_voice
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_worker import _read_all
-from topics.config import Settings
 from topics.events import SynthesisRequest
 from topics.specs import topic_names
 
@@ -41,7 +41,7 @@ async def test_profile_is_computed_once_and_loaded_after_a_restart(
     # A voice of its own: the session's bucket may already hold a profile of the shared
     # fixture voice (same reference bytes, same sha) from an earlier test.
     voice = f"tiers-{uuid.uuid4().hex[:8]}"
-    register_voice(make_store(settings), voice_id=voice,
+    register_voice(make_store(settings.store), voice_id=voice,
                    reference=make_reference(tmp_path / "ref.wav"), prompt_text=REFERENCE_TEXT,
                    language="en")
     async with RunningWorker(settings) as first:
@@ -51,7 +51,7 @@ async def test_profile_is_computed_once_and_loaded_after_a_restart(
         assert first.runtime.processor._profiles.computed == 1
     assert lookups["miss"] == 1 and lookups["store"] == 0
     assert lookups["hit"] >= 1  # one lookup per batch; batches of one voice share it
-    store = make_store(settings)
+    store = make_store(settings.store)
     profiles = [k for k in store.list_prefix(keys.voice_prefix(voice)) if "profile-" in k]
     assert len(profiles) == 1 and profiles[0].endswith("-espeak.safetensors")
 
@@ -75,11 +75,11 @@ async def test_results_carry_quality_signals(settings: Settings, voice: str,
 
 async def test_ad_hoc_reference_and_unknown_voice(settings: Settings, tmp_path: Path,
                                                   worker: RunningWorker) -> None:
-    store = make_store(settings)
+    store = make_store(settings.store)
     store.put("uploads/caller-42.wav", make_reference(tmp_path / "ref.wav"), "audio/wav")
     adhoc = SynthesisRequest(request_id=f"ah-{uuid.uuid4().hex[:8]}", voice_id="adhoc-caller-42",
                              text="Thanks for calling.",
-                             reference=f"s3://{settings.s3_bucket}/uploads/caller-42.wav")
+                             reference=f"s3://{settings.store.bucket}/uploads/caller-42.wav")
     unknown = SynthesisRequest(request_id=f"uk-{uuid.uuid4().hex[:8]}", voice_id="nobody",
                                text="Hello?")
     results = await request_and_wait(settings, [adhoc, unknown], timeout_s=60)
@@ -92,12 +92,12 @@ async def test_ad_hoc_reference_and_unknown_voice(settings: Settings, tmp_path: 
 async def test_voice_removal_deletes_objects_and_produces_a_tombstone(
         settings: Settings, voice: str, worker: RunningWorker) -> None:
     await request_and_wait(settings, _requests(voice, 1), timeout_s=60)  # stores a profile
-    store = make_store(settings)
+    store = make_store(settings.store)
     assert len(store.list_prefix(keys.voice_prefix(voice))) == 3
     assert remove_voice(store, voice) == 3
     await publish_voice_tombstone(settings, voice)
     assert store.list_prefix(keys.voice_prefix(voice)) == []
-    records = await _read_all(settings, topic_names(settings.topic_prefix).voices)
+    records = await _read_all(settings, topic_names(settings.kafka.topic_prefix).voices)
     assert b"" in records  # the tombstone (a null value, read back as empty)
 
 
@@ -110,7 +110,7 @@ async def test_every_format_decodes_with_ffprobe_at_the_requested_rate(
     result = (await request_and_wait(settings, [request], timeout_s=60))[request.request_id]
     assert result.status == "succeeded" and result.audio is not None
     assert result.audio.sample_rate == rate
-    data = make_store(settings).get(result.audio.key)
+    data = make_store(settings.store).get(result.audio.key)
     assert data is not None
     path = tmp_path / f"out.{fmt}"
     path.write_bytes(data)

@@ -11,10 +11,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from consumers.clients.produce import request_and_wait
+from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline.audio import decode, speech_seconds
 from tests.integration.conftest import RunningWorker
-from topics.config import Settings
 from topics.events import SynthesisRequest, decode_result
 from topics.partitioning import partition_for
 from topics.specs import topic_names
@@ -31,7 +31,7 @@ def _request(voice: str, text: str, language: str | None = None) -> SynthesisReq
 
 
 async def _read_all(settings: Settings, topic: str, timeout_s: float = 5.0) -> list[bytes]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap,
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -60,7 +60,7 @@ async def test_three_languages_become_audible_wav_objects(
         settings: Settings, voice: str, worker: RunningWorker) -> None:
     requests = [_request(voice, text, lang) for lang, text in LINES]
     results = await request_and_wait(settings, requests, timeout_s=60)
-    store = make_store(settings)
+    store = make_store(settings.store)
     for request in requests:
         result = results[request.request_id]
         assert result.status == "succeeded", result.error
@@ -76,8 +76,8 @@ async def test_three_languages_become_audible_wav_objects(
 
 
 async def test_key_lands_on_the_murmur2_partition(settings: Settings) -> None:
-    names = topic_names(settings.topic_prefix)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    names = topic_names(settings.kafka.topic_prefix)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
     await producer.start()
     try:
         for voice_id in ("narrator-1", "alice", "客服-01".encode().hex(), "v:42"):
@@ -100,14 +100,14 @@ async def test_restarted_worker_does_not_reprocess_committed_work(
         await asyncio.sleep(1.0)  # room for any wrongly redelivered record to show up
     assert restarted.worker.processed == 1
     results = [decode_result(v) for v in await _read_all(settings,
-                                                        topic_names(settings.topic_prefix).results)]
+                                                        topic_names(settings.kafka.topic_prefix).results)]
     assert sorted(r.request_id for r in results) == sorted(r.request_id for r in first + second)
 
 
 async def test_bad_input_is_answered_and_never_blocks(settings: Settings, voice: str,
                                                       worker: RunningWorker) -> None:
-    names = topic_names(settings.topic_prefix)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    names = topic_names(settings.kafka.topic_prefix)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
     await producer.start()
     try:
         # All on one partition (same key), poison first: the good one must still be served.

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from consumers.clients.demo import make_reference
+from consumers.settings import Settings
 from consumers.wiring import make_store
 from deploy.local import stack
 from pipeline.voices import register_voice
@@ -30,7 +31,6 @@ from tests.integration.workers import (
     start_worker,
     wait_for_answers,
 )
-from topics.config import Settings
 from topics.events import SynthesisRequest
 from topics.specs import topic_names
 
@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 @pytest.fixture
 def voices(settings: Settings, tmp_path: Path) -> list[str]:
     reference = make_reference(tmp_path / "reference.wav")
-    store = make_store(settings)
+    store = make_store(settings.store)
     ids = [f"voice-{i:03d}" for i in range(20)]
     for voice_id in ids:
         register_voice(store, voice_id=voice_id, reference=reference, prompt_text=None,
@@ -56,10 +56,11 @@ def bench_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_two_workers_answer_everything_and_keep_voices_apart(
         settings: Settings, voices: list[str], bench_env: None) -> None:
-    s = settings.with_overrides(engine="bench")
+    s = settings.with_overrides(engine={"name": "bench"})
     requests = make_requests(200, voices=20)
-    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-a")) as a, \
-            RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-b")) as b:
+    me = s.worker.instance_id
+    async with RunningWorker(s.with_overrides(worker={"instance_id": f"{me}-a"})) as a, \
+            RunningWorker(s.with_overrides(worker={"instance_id": f"{me}-b"})) as b:
         await _until_split(a, b)  # both members own partitions: membership stable from here
         await produce(s, requests)
         results = await wait_for_answers(s, {r.request_id for r in requests}, 120)
@@ -75,7 +76,7 @@ async def test_two_workers_answer_everything_and_keep_voices_apart(
 
 async def test_poison_request_fails_after_n_attempts_and_its_partition_goes_on(
         settings: Settings, voices: list[str], bench_env: None) -> None:
-    s = settings.with_overrides(engine="bench", max_attempts=3)
+    s = settings.with_overrides(engine={"name": "bench"}, worker={"max_attempts": 3})
     poison = SynthesisRequest(request_id="poison-1", voice_id="voice-000",
                               text="This always fails [[bench:fail]]")
     after = make_requests(5, voices=1, prefix="after")  # all voice-000: the same partition
@@ -88,7 +89,7 @@ async def test_poison_request_fails_after_n_attempts_and_its_partition_goes_on(
     assert failed.status == "failed" and failed.attempt == 3
     assert failed.error is not None and failed.error.code == "engine_error"
     assert all(by_id[r.request_id].status == "succeeded" for r in after)
-    dlq = dlq_records(await _read_all(s, topic_names(s.topic_prefix).dlq))
+    dlq = dlq_records(await _read_all(s, topic_names(s.kafka.topic_prefix).dlq))
     assert [d["offset"] for d in dlq] == [0]
     assert 'vf_retries_total{code="engine_error"} 2.0' in retries
 
@@ -96,7 +97,8 @@ async def test_poison_request_fails_after_n_attempts_and_its_partition_goes_on(
 async def test_max_inflight_holds_and_a_full_queue_pauses_partitions(
         settings: Settings, voices: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VF_BENCH_BASE_MS", "30")
-    s = settings.with_overrides(engine="bench", max_inflight=2, max_batch=4, queue_capacity=16)
+    s = settings.with_overrides(engine={"name": "bench"}, worker={
+        "max_inflight": 2, "max_batch": 4, "queue_capacity": 16})
     requests = make_requests(400, voices=20)
     await produce(s, requests)
     async with RunningWorker(s) as running:
@@ -164,7 +166,7 @@ async def test_kill_9_loses_nothing_and_duplicates_only_in_flight_work(
             first.kill()
     # Duplicates come only from answers produced but not yet committed when -9 hit.
     assert duplicates(results) <= 4 * 2 + 64
-    store = make_store(settings)
+    store = make_store(settings.store)
     wanted = {r.request_id for r in requests}
     keys = [k for k in store.list_prefix("audio/") if k.rsplit("/", 1)[-1][:-4] in wanted]
     assert len(keys) == len(requests)  # one object per request, never a second one
@@ -174,9 +176,11 @@ async def test_s3_outage_of_20_s_loses_nothing(
         settings: Settings, voices: list[str], bench_env: None) -> None:
     if stack.S3.pid() is None:
         pytest.skip("the S3 server was not started by this checkout")
-    s = settings.with_overrides(engine="bench", retry_max_delay_s=2)  # default max_attempts
+    s = settings.with_overrides(engine={"name": "bench"},
+                                worker={"retry_max_delay_s": 2})  # default max_attempts
     requests = make_requests(60, voices=20)
-    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-s3")) as running:
+    async with RunningWorker(
+            s.with_overrides(worker={"instance_id": f"{s.worker.instance_id}-s3"})) as running:
         await asyncio.sleep(2)
         os.kill(stack.S3.pid() or 0, signal.SIGKILL)
         try:
@@ -195,13 +199,14 @@ async def test_broker_restart_loses_nothing(
         settings: Settings, voices: list[str], bench_env: None) -> None:
     if stack.KAFKA.pid() is None:
         pytest.skip("the broker was not started by this checkout")
-    s = settings.with_overrides(engine="bench")
+    s = settings.with_overrides(engine={"name": "bench"})
     first, second = make_requests(40, voices=20, prefix="pre"), make_requests(40, voices=20,
                                                                              prefix="post")
-    async with RunningWorker(s.with_overrides(instance_id=f"{s.instance_id}-br")):
+    async with RunningWorker(
+            s.with_overrides(worker={"instance_id": f"{s.worker.instance_id}-br"})):
         await produce(s, first)
         await asyncio.sleep(1.0)
-        await asyncio.to_thread(stack.restart_kafka)
+        await asyncio.to_thread(stack.restart_broker)
         await produce(s, second)
         results = await wait_for_answers(s, {r.request_id for r in first + second}, 180)
     assert {r.request_id for r in results} >= {r.request_id for r in first + second}
@@ -220,10 +225,10 @@ async def _wait_log(path: Path, text: str, timeout_s: float) -> None:
 async def _committed(settings: Settings) -> dict[int, int]:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap)
     await admin.start()
     try:
-        offsets = await admin.list_consumer_group_offsets(settings.group_id)
+        offsets = await admin.list_consumer_group_offsets(settings.worker.group_id)
     finally:
         await admin.close()
     return {tp.partition: meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
@@ -231,9 +236,9 @@ async def _committed(settings: Settings) -> dict[int, int]:
 
 async def test_static_member_restart_keeps_everyone_s_partitions(
         settings: Settings, voices: list[str], bench_env: None) -> None:
-    s = settings.with_overrides(engine="bench")
-    a = s.with_overrides(instance_id=f"{s.instance_id}-a")
-    b = s.with_overrides(instance_id=f"{s.instance_id}-b")
+    s = settings.with_overrides(engine={"name": "bench"})
+    a = s.with_overrides(worker={"instance_id": f"{s.worker.instance_id}-a"})
+    b = s.with_overrides(worker={"instance_id": f"{s.worker.instance_id}-b"})
     async with RunningWorker(b) as steady:
         async with RunningWorker(a) as first_a:
             await _until_split(steady, first_a)
@@ -274,7 +279,8 @@ async def test_synthesis_longer_than_the_session_timeout_keeps_membership(
         settings: Settings, voices: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # 12 s of engine time against a 10 s session timeout: heartbeats must go on meanwhile.
     monkeypatch.setenv("VF_BENCH_BASE_MS", "12000")
-    s = settings.with_overrides(engine="bench", session_timeout_ms=10_000)
+    s = settings.with_overrides(engine={"name": "bench"},
+                                worker={"session_timeout_ms": 10_000})
     [request] = make_requests(1, voices=1, prefix="slow")
     async with RunningWorker(s) as running:
         await produce(s, [request])

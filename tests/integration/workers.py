@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaProducer
 
+from consumers.settings import Settings
 from tests.integration.test_worker import _read_all
-from topics.config import Settings
 from topics.events import SynthesisRequest, SynthesisResult, decode_result, encode
 from topics.specs import topic_names
 
@@ -22,16 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "VF_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "VF_TOPIC_PREFIX": settings.topic_prefix,
-        "VF_S3_ENDPOINT": settings.s3_endpoint, "VF_S3_ACCESS_KEY": settings.s3_access_key,
-        "VF_S3_SECRET_KEY": settings.s3_secret_key.reveal(), "VF_S3_BUCKET": settings.s3_bucket,
-        "VF_GROUP_ID": settings.group_id, "VF_METRICS_PORT": "0",
-        "VF_METRICS_HOST": "127.0.0.1", "VF_SESSION_TIMEOUT_MS": "10000",
-    })
-    env.update(extra)
-    return env
+    """This process's environment, every VF_* value of `settings`, then `extra`."""
+    return {**os.environ, **settings.to_env(), **extra}
 
 
 def start_worker(settings: Settings, instance: str, log: Path,
@@ -51,11 +43,11 @@ def make_requests(n: int, voices: int, prefix: str = "r") -> list[SynthesisReque
 
 
 async def produce(settings: Settings, requests: list[SynthesisRequest]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all",
                                 linger_ms=5)
     await producer.start()
     try:
-        topic = topic_names(settings.topic_prefix).requests
+        topic = topic_names(settings.kafka.topic_prefix).requests
         futures = [await producer.send(topic, encode(r), key=r.voice_id.encode())
                    for r in requests]
         for f in futures:
@@ -70,7 +62,7 @@ async def wait_for_answers(settings: Settings, wanted: set[str], timeout_s: floa
     results: list[SynthesisResult] = []
     while time.monotonic() < deadline:
         results = [decode_result(v) for v in await _read_all(
-            settings, topic_names(settings.topic_prefix).results, timeout_s=10)]
+            settings, topic_names(settings.kafka.topic_prefix).results, timeout_s=10)]
         if wanted <= {r.request_id for r in results}:
             return results
     missing = wanted - {r.request_id for r in results}

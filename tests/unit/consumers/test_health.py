@@ -13,9 +13,9 @@ from aiokafka import TopicPartition
 
 from consumers.health import HealthServer, Heartbeat
 from consumers.metrics import WorkerMetrics
+from consumers.settings import Settings
 from consumers.worker.loop import SynthesisWorker
 from pipeline.synthesis import RequestProcessor
-from topics.config import Settings
 
 
 @dataclass

@@ -8,12 +8,21 @@ import faust
 import pytest
 
 from consumers.aggregator.app import JobAggregator, app_id, broker_credentials
-from topics.config import Secret, Settings
+from consumers.settings import AggregatorSettings, KafkaSettings, Secret, Settings, WorkerSettings
+from consumers.wiring import make_store
+
+STORE = make_store(Settings().store)  # a client object only: nothing here talks to S3
+
+
+def _web(port: int, host: str = "0.0.0.0") -> Settings:
+    return Settings(aggregator=AggregatorSettings(port=port),
+                    worker=WorkerSettings(metrics_host=host))
 
 
 def test_the_app_its_group_and_its_changelog_carry_the_topic_prefix(tmp_path: Path) -> None:
-    settings = Settings(topic_prefix="acme.", aggregator_port=-1, job_timeout_seconds=8)
-    agg = JobAggregator(settings, datadir=tmp_path / "faust")
+    settings = Settings(kafka=KafkaSettings(topic_prefix="acme."),
+                        aggregator=AggregatorSettings(port=-1, job_timeout_seconds=8))
+    agg = JobAggregator(settings, store=STORE, datadir=tmp_path / "faust")
     assert app_id(settings) == "acme.vf-aggregator"
     assert agg.app.conf.id == "acme.vf-aggregator"
     assert agg.table.changelog_topic.get_topic_name() == "acme.vf-aggregator-jobs-changelog"
@@ -26,17 +35,15 @@ def test_the_app_its_group_and_its_changelog_carry_the_topic_prefix(tmp_path: Pa
 
 
 def test_the_web_port_serves_health_and_metrics_when_enabled(tmp_path: Path) -> None:
-    agg = JobAggregator(Settings(aggregator_port=19109, metrics_host="127.0.0.1"),
-                        datadir=tmp_path)
+    agg = JobAggregator(_web(19109, "127.0.0.1"), store=STORE, datadir=tmp_path)
     assert agg.app.conf.web_enabled and agg.app.conf.web_port == 19109
     assert set(agg.app.web.views) == {"/healthz", "/readyz", "/metrics"}
 
 
 async def test_the_metrics_page_renders_this_aggregators_own_registry(tmp_path: Path) -> None:
-    agg = JobAggregator(Settings(aggregator_port=19109, metrics_host="127.0.0.1"),
-                        datadir=tmp_path)
+    agg = JobAggregator(_web(19109, "127.0.0.1"), store=STORE, datadir=tmp_path)
     agg.metrics.on_result("late")
-    other = JobAggregator(Settings(aggregator_port=19110), datadir=tmp_path / "other")
+    other = JobAggregator(_web(19110), store=STORE, datadir=tmp_path / "other")
     response = await agg.app.web.views["/metrics"].get(None)  # the page ignores its request
     assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     body = response.body.decode()  # aiohttp Response: the exposition bytes
@@ -46,15 +53,27 @@ async def test_the_metrics_page_renders_this_aggregators_own_registry(tmp_path: 
 
 
 def test_credentials_follow_the_security_protocol() -> None:
-    assert broker_credentials(Settings()) is None
-    sasl = broker_credentials(Settings(kafka_security_protocol="SASL_SSL",
-                                       kafka_sasl_mechanism="SCRAM-SHA-512",
-                                       kafka_sasl_username="u",
-                                       kafka_sasl_password=Secret("p")))
+    assert broker_credentials(KafkaSettings()) is None
+    sasl = broker_credentials(KafkaSettings(security_protocol="SASL_SSL",
+                                            sasl_mechanism="SCRAM-SHA-512",
+                                            sasl_username="u",
+                                            sasl_password=Secret("p")))
     assert isinstance(sasl, faust.SASLCredentials)
     assert sasl.username == "u" and sasl.password == "p" and sasl.ssl_context is not None
     assert str(sasl.mechanism.value) == "SCRAM-SHA-512"
-    assert isinstance(broker_credentials(Settings(kafka_security_protocol="SSL")),
+    assert isinstance(broker_credentials(KafkaSettings(security_protocol="SSL")),
                       faust.SSLCredentials)
     with pytest.raises(ValueError, match="VF_KAFKA_SECURITY_PROTOCOL 'KERBEROS'"):
-        broker_credentials(Settings(kafka_security_protocol="KERBEROS"))
+        broker_credentials(KafkaSettings(security_protocol="KERBEROS"))
+    # SASL without a mechanism: PLAIN, as aiokafka's clients get it from security_kwargs.
+    plain = broker_credentials(KafkaSettings(security_protocol="SASL_PLAINTEXT",
+                                             sasl_username="u", sasl_password=Secret("p")))
+    assert isinstance(plain, faust.SASLCredentials)
+    assert str(plain.mechanism.value) == "PLAIN" and plain.ssl_context is None
+
+
+def test_the_datadir_defaults_to_the_state_dir(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_STATE_DIR", str(tmp_path / "state"))
+    agg = JobAggregator(Settings(aggregator=AggregatorSettings(port=-1)), store=STORE)
+    assert Path(str(agg.app.conf.datadir)) == tmp_path / "state" / "aggregator"

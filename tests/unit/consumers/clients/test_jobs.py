@@ -9,17 +9,9 @@ import orjson
 import pytest
 
 import voicefactory
-from consumers.clients.jobs import (
-    Progress,
-    ProgressLine,
-    Script,
-    ScriptError,
-    describe_job,
-    load_script,
-    parse_script,
-    result_line,
-    summary_table,
-)
+from consumers.clients.jobs import Progress, ProgressLine, describe_job, summary_table
+from consumers.clients.scripts import Script, ScriptError, load_script, parse_script
+from consumers.clients.tail import result_line
 from topics.events import AudioRef, ErrorInfo, JobCompleted, JobRef, SynthesisResult
 
 SCRIPT = """\

@@ -1,0 +1,114 @@
+"""Workers for the benchmarks: in this process, or in a process of their own.
+
+    Settings --InProcessWorker--> consumers.wiring.build_worker (the objects `voicefactory
+      worker` runs) on this event loop: restart and batching look inside it
+    Settings --WorkerProcess--> `python -m voicefactory worker` (or `bench.probe`) with
+      `settings.to_env()` as its VF_* environment: where a measurement needs a process of its
+      own (RSS, py-spy, kill -9)
+
+Engines read their own knobs (VF_BENCH_*) from the environment when they are built, hence
+`patched_environ` for the in-process ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from consumers.settings import Settings
+from consumers.wiring import WorkerRuntime, build_worker
+
+
+@contextlib.contextmanager
+def patched_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Engines read their knobs (VF_BENCH_*) from the environment when they are built."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class InProcessWorker:
+    """A SynthesisWorker on this event loop, built as `voicefactory worker` builds it."""
+
+    def __init__(self, settings: Settings, engine_env: Mapping[str, str] | None = None) -> None:
+        with patched_environ(engine_env or {}):
+            self.runtime: WorkerRuntime = build_worker(settings)
+        self.settings = settings
+        self.worker = self.runtime.worker
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.worker.run())
+
+    async def stop(self, timeout_s: float = 60) -> None:
+        self.worker.stop()
+        if self.task is not None:
+            await asyncio.wait_for(self.task, timeout_s)
+
+    def assignment(self) -> set[int]:
+        consumer = self.worker._consumer
+        return {tp.partition for tp in consumer.assignment()} if consumer else set()
+
+
+class WorkerProcess:
+    """`python -m voicefactory worker` (or another worker module) with the given settings
+    and engine knobs, in a process of its own: `settings.to_env()` plus `env` (engine
+    knobs such as VF_BENCH_BASE_MS, or VF_* values that win over the settings)."""
+
+    def __init__(self, settings: Settings, log_path: Path, *, module: str = "voicefactory",
+                 args: list[str] | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.log_path = log_path
+        full_env = {**os.environ, **settings.to_env(), **(env or {})}
+        argv = [sys.executable, "-m", module,
+                *(["worker", "--log-format", "text"] if args is None else args)]
+        with open(log_path, "ab") as out:
+            self.proc = subprocess.Popen(argv, env=full_env, stdout=out,
+                                         stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def wait_log(self, text: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.log_text():
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n"
+                                   f"{self.log_text()[-2000:]}")
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"{text!r} not in {self.log_path} after {timeout_s:.0f} s")
+
+    async def stop(self, timeout_s: float = 60) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                await asyncio.to_thread(self.proc.wait, timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait, 10)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")

@@ -1,0 +1,263 @@
+"""Runtime settings of every process, read once from `VF_*` environment variables.
+
+    environment --Settings.from_env()--> Settings(kafka, store, engine, worker, aggregator)
+        --> the CLI applies its flags (with_overrides) --> consumers.wiring builds the process
+        --> to_env() hands the same values to child processes (bench, fault tests)
+
+Each group is a small frozen dataclass; each of its fields names its environment variable
+explicitly (`var("VF_...", default)`), so a field can be renamed without renaming the
+variable DESIGN.md documents. A new group (say `gateway`) is one dataclass and one line in
+`Settings`. Secrets are `Secret`: printing or logging a settings object shows `********`;
+only `to_env()` and the client constructors reveal them. `state_dir()` says where local state
+(the dev stack, benchmark output, the demo's audio, faust's folder) lives.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # imported when called: numpy comes with pipeline/, `dev down` needs none
+    from pipeline.engines.options import EngineOptions
+
+_T = TypeVar("_T")
+
+
+class Secret:
+    """A string that prints as `********`; `.reveal()` returns the value."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def var(env: str, default: Any = MISSING, *, factory: Any = MISSING) -> Any:
+    """A settings field read from the environment variable `env`."""
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata={"env": env})
+    return field(default=default, metadata={"env": env})
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap: str = var("VF_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    security_protocol: str = var("VF_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
+    sasl_mechanism: str = var("VF_KAFKA_SASL_MECHANISM", "")
+    sasl_username: str = var("VF_KAFKA_SASL_USERNAME", "")
+    sasl_password: Secret = var("VF_KAFKA_SASL_PASSWORD", factory=lambda: Secret(""))  # noqa: RUF009
+    topic_prefix: str = var("VF_TOPIC_PREFIX", "")
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    endpoint: str = var("VF_S3_ENDPOINT", "http://127.0.0.1:9000")
+    access_key: str = var("VF_S3_ACCESS_KEY", "voicefactory")
+    secret_key: Secret = var(  # noqa: RUF009 - var() is dataclasses.field plus the env name
+        "VF_S3_SECRET_KEY", factory=lambda: Secret("voicefactory-secret"))
+    bucket: str = var("VF_S3_BUCKET", "voicefactory")
+    region: str = var("VF_S3_REGION", "us-east-1")
+    presign_seconds: int = var("VF_PRESIGN_SECONDS", 7 * 24 * 3600)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    name: str = var("VF_ENGINE", "espeak")
+    device: str = var("VF_DEVICE", "cpu")
+    precision: str = var("VF_PRECISION", "fp32")
+    empty_cache: bool = var("VF_EMPTY_CACHE", False)  # torch.cuda.empty_cache() after a batch
+    cosyvoice_model_dir: str = var("VF_COSYVOICE_MODEL_DIR", "")  # local weights only
+
+    def options(self) -> EngineOptions:
+        """What the engine itself needs (pipeline/ reads no settings)."""
+        from pipeline.engines.options import EngineOptions
+
+        return EngineOptions(device=self.device, precision=self.precision,
+                             empty_cache=self.empty_cache,
+                             cosyvoice_model_dir=self.cosyvoice_model_dir)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    max_inflight: int = var("VF_MAX_INFLIGHT", 2)
+    max_batch: int = var("VF_MAX_BATCH", 8)
+    batch_wait_ms: int = var("VF_BATCH_WAIT_MS", 10)
+    queue_capacity: int = var("VF_QUEUE_CAPACITY", 64)
+    max_attempts: int = var("VF_MAX_ATTEMPTS", 3)
+    storage_retry_seconds: int = var("VF_STORAGE_RETRY_SECONDS", 300)
+    retry_max_delay_s: int = var("VF_RETRY_MAX_DELAY_S", 10)
+    drain_seconds: int = var("VF_DRAIN_SECONDS", 30)
+    revoke_grace_seconds: int = var("VF_REVOKE_GRACE_SECONDS", 10)
+    session_timeout_ms: int = var("VF_SESSION_TIMEOUT_MS", 30_000)
+    assignor: str = var("VF_ASSIGNOR", "range")  # measured: docs/benchmarks.md
+    group_id: str = var("VF_GROUP_ID", "vf-synth")
+    # The process's identity and its /healthz, /readyz, /metrics listener; the aggregator
+    # shares these three (it is a differently named member of its own group).
+    instance_id: str = var("VF_INSTANCE_ID", factory=socket.gethostname)
+    metrics_host: str = var("VF_METRICS_HOST", "0.0.0.0")  # noqa: S104 - scraped from outside
+    metrics_port: int = var("VF_METRICS_PORT", 9108)
+    profile_cache_entries: int = var("VF_PROFILE_CACHE_ENTRIES", 256)  # docs/benchmarks.md
+    profile_cache_mb: int = var("VF_PROFILE_CACHE_MB", 512)
+    voice_ttl_seconds: int = var("VF_VOICE_TTL_SECONDS", 10)  # trust in a voice.json read
+    loudness_lufs: float = var("VF_LOUDNESS_LUFS", -16.0)  # every output is normalised to it
+    quality_checks: str = var("VF_QUALITY_CHECKS", "on")  # on|off: similarity + warnings
+
+
+@dataclass(frozen=True)
+class AggregatorSettings:
+    job_gap_ms: int = var("VF_JOB_GAP_MS", 300)  # silence between clips (scripts may override)
+    job_timeout_seconds: int = var("VF_JOB_TIMEOUT_SECONDS", 600)  # then it closes as partial
+    port: int = var("VF_AGGREGATOR_PORT", 9109)  # /healthz, /readyz, /metrics; -1 disables
+    datadir: str = var("VF_AGGREGATOR_DATADIR", "")  # faust's folder; "": <state dir>/aggregator
+    replication_factor: int = var("VF_AGGREGATOR_REPLICATION_FACTOR", 1)  # changelog; 3 in prod
+
+    def datadir_path(self, environ: Mapping[str, str] | None = None) -> Path:
+        return Path(self.datadir) if self.datadir else state_dir(environ) / "aggregator"
+
+
+@dataclass(frozen=True)
+class Settings:
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    aggregator: AggregatorSettings = field(default_factory=AggregatorSettings)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        groups = {g.name: _group_from_env(_group_type(g), env) for g in fields(cls)}
+        return cls(**groups)
+
+    def with_overrides(self, **groups: Mapping[str, Any]) -> Settings:
+        """A copy with some fields replaced, by group: `with_overrides(worker={"max_batch":
+        4})`. None values are skipped, so CLI flags that were not given change nothing."""
+        changed: dict[str, Any] = {}
+        for name, values in groups.items():
+            given = {k: v for k, v in values.items() if v is not None}
+            if given:
+                changed[name] = replace(getattr(self, name), **given)
+        return replace(self, **changed)
+
+    def to_env(self) -> dict[str, str]:
+        """Every VF_* variable with this object's value (secrets revealed): a child process
+        started with it reads back exactly these settings."""
+        env: dict[str, str] = {}
+        for g in fields(self):
+            group = getattr(self, g.name)
+            for f in fields(group):
+                env[f.metadata["env"]] = _render(getattr(group, f.name))
+        return env
+
+
+def _group_type(f: Field[Any]) -> type[Any]:
+    factory = f.default_factory
+    assert isinstance(factory, type), f"settings group {f.name} needs a class as its factory"
+    return factory
+
+
+def _group_from_env(group: type[_T], env: Mapping[str, str]) -> _T:
+    values: dict[str, Any] = {}
+    for f in fields(group):  # type: ignore[arg-type]
+        name = f.metadata["env"]
+        raw = env.get(name)
+        if raw is not None:
+            values[f.name] = _coerce(name, f.type, raw)
+    return group(**values)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _coerce(name: str, annotation: object, raw: str) -> object:
+    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    if kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {raw!r}") from None
+    if kind == "bool":
+        word = raw.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        raise ValueError(f"{name} must be one of 1/0, true/false, yes/no, on/off, got {raw!r}")
+    if kind == "Secret":
+        return Secret(raw)
+    return raw
+
+
+def _render(value: object) -> str:
+    if isinstance(value, Secret):
+        return value.reveal()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# -- where local state lives ---------------------------------------------------------------
+
+def state_dir(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """`VF_STATE_DIR`; else `.vf/` of the VoiceFactory checkout the current directory is in;
+    else the per-user state folder (`$XDG_STATE_HOME/voicefactory`, by default
+    `~/.local/state/voicefactory`). Never derived from where the package is installed."""
+    env = os.environ if environ is None else environ
+    configured = env.get("VF_STATE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    checkout = find_checkout(cwd or Path.cwd())
+    if checkout is not None:
+        return checkout / ".vf"
+    xdg = env.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path(env.get("HOME") or Path.home()) / ".local/state"
+    return base / "voicefactory"
+
+
+def find_checkout(start: Path) -> Path | None:
+    """The nearest folder at or above `start` whose pyproject.toml is this project's."""
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        try:
+            text = pyproject.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if _names_voicefactory(text):
+            return folder
+    return None
+
+
+def _names_voicefactory(pyproject: str) -> bool:
+    in_project = False
+    for line in pyproject.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            in_project = stripped == "[project]"
+        elif in_project and stripped.replace(" ", "") in ('name="voicefactory"',
+                                                          "name='voicefactory'"):
+            return True
+    return False
