@@ -199,9 +199,11 @@ def _start_s3(binary: Path, out: TextIO) -> None:
     sidecar.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ROOT_ACCESS_KEY=S3_ACCESS_KEY, ROOT_SECRET_KEY=S3_SECRET_KEY)
     # Keys go through the environment, not argv, so `ps` does not show the secret.
-    pid = _spawn(S3, [str(binary), "--port", f"127.0.0.1:{S3_PORT}", "--quiet", "posix",
-                # Object metadata in sidecar files: works on filesystems without xattrs.
-                "--sidecar", str(sidecar), str(data)], env=env)
+    # --keep-alive: without it the gateway closes every connection after one answer, and each
+    # worker upload pays a new TCP connection (docs/benchmarks.md, capacity).
+    pid = _spawn(S3, [str(binary), "--port", f"127.0.0.1:{S3_PORT}", "--quiet", "--keep-alive",
+                      # Object metadata in sidecar files: works on filesystems without xattrs.
+                      "posix", "--sidecar", str(sidecar), str(data)], env=env)
     print(f"s3: started Versity S3 Gateway {install.VERSITYGW_VERSION} (pid {pid}), "
           f"log {S3.log_file}", file=out)
 
