@@ -1,0 +1,121 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.cpu import (
+    TICKS,
+    CpuLedger,
+    CpuMeter,
+    parse_stat,
+    read_stat,
+    snapshot,
+    tree_cpu_s,
+)
+
+BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
+SPIN = "while True: pass\n"
+
+
+def _burn_here(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_parse_stat_counts_fields_after_a_name_with_spaces_and_parentheses() -> None:
+    # pid (comm) state ppid ... field 14 utime, 15 stime, 16 cutime, 17 cstime
+    fields = ["S", "41"] + ["0"] * 9 + ["250", "50", "20", "30"] + ["0"] * 30
+    line = "1234 (my (odd) name) " + " ".join(fields)
+    st = parse_stat(line, ticks=100)
+    assert (st.user_s, st.system_s) == (2.5, 0.5)
+    assert (st.children_user_s, st.children_system_s) == (0.2, 0.3)
+    assert st.ppid == 41
+    assert st.own_s == pytest.approx(3.0)
+    assert st.total_s == pytest.approx(3.5)
+
+
+def test_reading_the_current_process_sees_the_cpu_it_burns() -> None:
+    before = read_stat(os.getpid()).own_s
+    _burn_here(0.3)
+    after = read_stat(os.getpid()).own_s
+    assert TICKS > 0
+    # Tick granularity (1/TICKS) and scheduling: at least most of what was burnt shows.
+    assert after - before >= 0.2
+    assert read_stat(os.getpid()).ppid == os.getppid()
+
+
+def test_a_meter_on_a_child_counts_only_what_it_burns_after_mark() -> None:
+    # Burn 0.5 s (start-up, not counted), say so, wait to be marked, burn 0.4 s, say so.
+    script = (BURN.format(s=0.5) + "print('a', flush=True)\ninput()\n"
+              + BURN.format(s=0.4).replace("end =", "end2 =").replace("< end", "< end2")
+              + "print('b', flush=True)\ntime.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        meter = CpuMeter(child.pid, follow=False)
+        assert child.stdout.readline() == "a\n"
+        meter.mark()
+        assert meter.baseline is not None and meter.baseline >= 0.4
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "b\n"
+        meter.read()
+        assert meter.used_s == pytest.approx(0.4, abs=0.15)
+    finally:
+        child.kill()
+        child.wait()
+    meter.mark()  # a second mark keeps the first baseline
+    assert meter.used_s == pytest.approx(0.4, abs=0.15)
+
+
+def test_a_meter_followed_in_the_background_keeps_a_child_killed_and_reaped() -> None:
+    child = subprocess.Popen([sys.executable, "-c", SPIN])
+    meter = CpuMeter(child.pid)  # followed: re-read every 0.5 s
+    try:
+        meter.mark()
+        time.sleep(1.6)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()  # reaped: /proc/<pid> is gone
+    used = meter.close()
+    assert used >= 0.3  # it spun for ~1.6 s of which the follower saw at least 1 s
+    with pytest.raises(ProcessLookupError):
+        tree_cpu_s(child.pid)
+
+
+def test_tree_cpu_includes_live_descendants() -> None:
+    # A parent that sleeps while its child spins: the parent's own time stays ~0.
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys, time\n"
+                               f"c = subprocess.Popen([sys.executable, '-c', {SPIN!r}])\n"
+                               "time.sleep(30)\n"])
+    try:
+        time.sleep(2.0)
+        stats = snapshot()
+        own = stats[parent.pid].own_s
+        tree = tree_cpu_s(parent.pid, stats)
+        assert tree - own >= 0.5
+    finally:
+        stats = snapshot()
+        for pid, st in stats.items():
+            if st.ppid == parent.pid:
+                os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+
+
+def test_ledger_divides_cpu_by_requests_answered() -> None:
+    ledger = CpuLedger()
+    for _ in range(3):
+        ledger.answered("w0")
+    ledger.answered(None)  # an answer from no known worker is not counted
+    assert ledger.answers == {"w0": 3}
+    ledger.record("w0", 0.12, 3)
+    ledger.record("w1", 0.0, 1)
+    assert ledger.per_request_ms(ledger.entries) == 30.0
+    assert ledger.per_request_ms([]) is None

@@ -1,0 +1,114 @@
+from typing import Any
+
+import matplotlib
+import pytest
+
+from bench import peers
+from bench.peerload import (
+    ERROR,
+    FAILED,
+    OK,
+    Answer,
+    account,
+    builds,
+    profile_counts,
+    throughput_at_p99,
+)
+
+matplotlib.use("Agg")
+
+
+def test_account_counts_lost_as_errors_and_silence_but_not_failed_answers() -> None:
+    sent = {f"r{i}": 100.0 + i for i in range(6)}
+    answers = {"r0": Answer(100.5, OK), "r1": Answer(101.2, OK), "r2": Answer(103.0, FAILED),
+               "r3": Answer(110.0, ERROR, "502"), "r4": Answer(104.9, OK),
+               "other": Answer(100.1, OK)}  # not of this row
+    row = account(sent, answers)
+    assert (row["sent"], row["ok"], row["failed"], row["errors"]) == (6, 3, 1, 1)
+    assert row["unanswered"] == 1  # r5: no answer at all
+    assert row["lost"] == 2  # r3 (error) and r5 (nothing); r2 was answered, failed
+    assert row["throughput_rps"] == pytest.approx(3 / 4.9, abs=0.01)
+    # Latencies of ok answers: 500, 200, 900 ms.
+    assert row["p50_ms"] == 500.0
+    assert row["p99_ms"] == pytest.approx(200 + (900 - 200) * 0.98 + 0, abs=15)
+
+
+def test_account_of_nothing_answered() -> None:
+    row = account({"a": 1.0}, {})
+    assert (row["lost"], row["unanswered"], row["p99_ms"], row["throughput_rps"]) == (
+        1, 1, None, 0.0)
+
+
+def test_throughput_at_p99_takes_the_best_row_within_the_bound_and_nothing_lost() -> None:
+    rows = [{"throughput_rps": 10.0, "p99_ms": 400.0, "lost": 0},
+            {"throughput_rps": 15.0, "p99_ms": 900.0, "lost": 0},
+            {"throughput_rps": 18.0, "p99_ms": 950.0, "lost": 3},
+            {"throughput_rps": 20.0, "p99_ms": 3000.0, "lost": 0}]
+    assert throughput_at_p99(rows, 1000.0) == 15.0
+    assert throughput_at_p99(rows, 100.0) is None
+
+
+def test_profile_counts_and_builds_from_metrics_text() -> None:
+    text = ("# HELP vf_profile_cache_total Voice profile lookups by result\n"
+            'vf_profile_cache_total{result="hit"} 90.0\n'
+            'vf_profile_cache_total{result="store"} 8.0\n'
+            'vf_profile_cache_total{result="miss"} 2.0\n'
+            'vf_profile_cache_created{result="hit"} 1.7e9\n')
+    after = profile_counts(text)
+    assert after == {"hit": 90.0, "store": 8.0, "miss": 2.0}
+    assert builds({"hit": 40.0, "store": 5.0, "miss": 2.0}, after) == {
+        "lookups": 53, "builds": 3, "computed": 0, "hits": 50}
+
+
+def test_both_designs_get_the_same_trace_and_the_plan_fits_quick_mode() -> None:
+    a, b = peers.trace(50, "ng"), peers.trace(50, "vf")
+    assert [(r.voice_id, r.text) for r in a] == [(r.voice_id, r.text) for r in b]
+    assert a[0].request_id != b[0].request_id
+    assert len({r.voice_id for r in peers.trace(2000, "x")}) > 300  # 1,000 voices, Zipf
+    p = peers.plan(quick=True)
+    parts = peers.slices(p)
+    assert [name for name, _, _ in parts] == ["warm", "load0.5", "load0.7", "load0.9", "kill"]
+    seconds = p["warm_s"] + len(p["loads"]) * p["level_s"] + p["kill_s"]
+    assert seconds <= 30  # sending time per design; start-up and drains come on top
+    assert parts[2][2] == round(0.7 * peers.NOMINAL_RPS * p["level_s"])
+    assert peers.KILL_LOAD in p["loads"] and peers.KILL_LOAD in peers.plan(False)["loads"]
+
+
+def _result(p99s: list[float], kill_lost: int) -> dict[str, Any]:
+    rows = [{"name": f"load{x}", "load": x, "sent": 100, "ok": 100, "failed": 0, "lost": 0,
+             "throughput_rps": round(x * peers.NOMINAL_RPS, 2), "p50_ms": p99 / 3,
+             "p99_ms": p99} for x, p99 in zip((0.5, 0.7, 0.9), p99s, strict=True)]
+    kill = {"name": "kill", "load": 0.7, "sent": 187, "ok": 187 - kill_lost, "failed": 0,
+            "lost": kill_lost, "throughput_rps": 15.0, "p50_ms": 400.0, "p99_ms": 9000.0,
+            "retried": 2, "duplicates": 3}
+    return {"rows": rows, "kill": kill, "profiles": {"lookups": 300, "builds": 40,
+                                                     "computed": 0, "hits": 260},
+            "cpu_s": {"servers": 6.0, "nginx": 0.3, "workers": 4.5}}
+
+
+def test_outcome_writes_the_peers_keys_a_table_and_a_plot() -> None:
+    results = {"nginx": _result([500.0, 800.0, 2500.0], 0),
+               "voicefactory": _result([400.0, 600.0, 900.0], 0)}
+    out = peers.outcome(results, peers.plan(quick=True), vf_worker_lifetime_ms=25.0)
+    f = out.figures
+    assert f["peers_nginx_throughput_at_p99_rps"] == round(0.7 * peers.NOMINAL_RPS, 2)
+    assert f["peers_vf_throughput_at_p99_rps"] == round(0.9 * peers.NOMINAL_RPS, 2)
+    assert (f["peers_nginx_p99_ms_at_70"], f["peers_vf_p99_ms_at_70"]) == (800.0, 600.0)
+    assert f["peers_nginx_profile_builds"] == 40
+    assert f["peers_nginx_kill9_lost"] == 0 and f["peers_nginx_kill9_retried"] == 2
+    assert f["peers_vf_kill9_duplicates"] == 3
+    assert f["peers_nginx_cpu_ms_per_request"] == 20.0  # 6 s over 300 ok answers
+    assert f["peers_nginx_proxy_cpu_ms_per_request"] == 1.0
+    assert f["peers_vf_cpu_ms_per_request"] == 15.0
+    assert f["peers_vf_worker_lifetime_cpu_ms_per_request"] == 25.0
+    assert all(k.startswith("peers_") for k in f)
+    assert "| nginx |" in out.table and "| voicefactory |" in out.table
+    assert any("non_idempotent" in n for n in out.notes)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    try:
+        peers.plot(out.series, ax)
+        assert len(ax.get_lines()) == 5  # p99 + p50 per design, and the bound
+    finally:
+        plt.close(fig)
