@@ -183,7 +183,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from deploy.local import stack
 
         work_dir = Path(args.work_dir) if args.work_dir else state_dir() / "bench"
-        return run_benchmarks(_settings(args), stack=stack, quick=args.quick, only=args.only,
+        only = ["peers"] if args.suite == "peers" else args.only
+        return run_benchmarks(_settings(args), stack=stack, quick=args.quick, only=only,
                               json_path=Path(args.json) if args.json else None,
                               plots_dir=Path(args.plots_dir) if args.plots_dir
                               else _default_plots_dir(work_dir),
@@ -315,16 +316,18 @@ def build_parser() -> argparse.ArgumentParser:
     submit.set_defaults(func=cmd_submit)
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
-    bench.add_argument("suite", nargs="?", choices=["all", "assignors"], default="all",
+    bench.add_argument("suite", nargs="?", choices=["all", "assignors", "peers"], default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
-                            "memory, faults (docs/benchmarks.md); "
-                            "assignors: partitions moved per assignment strategy")
+                            "memory, faults, peers (docs/benchmarks.md); "
+                            "assignors: partitions moved per assignment strategy; "
+                            "peers: only nginx + model servers against the fleet")
     bench.add_argument("--quick", action="store_true",
                        help="shorter durations and counts, same figures (`make bench`)")
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults"], help="run only these measurements")
+                                "memory", "faults", "peers"],
+                       help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")
     bench.add_argument("--work-dir", help="worker logs, py-spy profile, report.md, "

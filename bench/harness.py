@@ -28,6 +28,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from minio import Minio
 
+from bench.cpu import LEDGER
 from bench.stack import LocalStack
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
@@ -305,6 +306,8 @@ class ResultLog:
                 for rec in records:
                     result = decode_result(rec.value or b"{}")
                     self.arrivals.append((now, result))
+                    if result.request_id not in self.first:  # per worker, for CPU/request
+                        LEDGER.answered(result.worker)
                     self.first.setdefault(result.request_id, (now, result))
 
     @property

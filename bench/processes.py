@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from bench.cpu import LEDGER, CpuMeter
 from consumers.settings import Settings
 from consumers.wiring import WorkerRuntime, build_worker
 
@@ -77,6 +78,12 @@ class WorkerProcess:
         with open(log_path, "ab") as out:
             self.proc = subprocess.Popen(argv, env=full_env, stdout=out,
                                          stderr=subprocess.STDOUT)
+        # CPU per request (bench.cpu): counted from the first wait_log() that succeeds (the
+        # worker is up: start-up is not per-request work) until stop(), over the answers
+        # the result readers saw from this instance ID meanwhile.
+        self.instance_id = full_env.get("VF_INSTANCE_ID", "")
+        self.cpu = CpuMeter(self.proc.pid)
+        self._answers_at_mark = 0
 
     @property
     def pid(self) -> int:
@@ -89,6 +96,9 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if text in self.log_text():
+                if not self.cpu.marked:
+                    self.cpu.mark()
+                    self._answers_at_mark = LEDGER.answers[self.instance_id]
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited with {self.proc.returncode}:\n"
@@ -97,6 +107,11 @@ class WorkerProcess:
         raise TimeoutError(f"{text!r} not in {self.log_path} after {timeout_s:.0f} s")
 
     async def stop(self, timeout_s: float = 60) -> None:
+        cpu_s = self.cpu.close()  # before SIGTERM: the drain is not a request's work
+        if self.cpu.marked:
+            LEDGER.record(self.instance_id, cpu_s,
+                          LEDGER.answers[self.instance_id] - self._answers_at_mark)
+            self.cpu.baseline = None  # a second stop() records nothing
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

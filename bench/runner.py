@@ -31,8 +31,10 @@ from bench import (
     faults,
     memory,
     overhead,
+    peers,
     restart,
 )
+from bench.cpu import LEDGER
 from bench.harness import BenchContext
 from bench.outcome import Figure, Outcome
 from bench.stack import LocalStack
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 
 BENCHES: dict[str, ModuleType] = {
     "overhead": overhead, "capacity": capacity, "cache": cache, "restart": restart,
-    "batching": batching, "memory": memory, "faults": faults,
+    "batching": batching, "memory": memory, "faults": faults, "peers": peers,
 }
 
 # The keys issue 8 names; each is in the JSON even when its measurement did not run.
@@ -54,6 +56,11 @@ REQUIRED = (
     "fault_broker_restart_lost", "fault_broker_restart_duplicates",
     "fault_broker_restart_recovery_s",
     "fault_s3_outage_lost", "fault_s3_outage_duplicates", "fault_s3_outage_recovery_s",
+    # issue 16: the seed's design beside the fleet, and worker CPU per request (bench.cpu).
+    "peers_nginx_throughput_at_p99_rps", "peers_vf_throughput_at_p99_rps",
+    "peers_nginx_p99_ms_at_70", "peers_vf_p99_ms_at_70",
+    "peers_nginx_profile_builds", "peers_vf_profile_builds",
+    "peers_nginx_kill9_lost", "peers_vf_kill9_lost", "cpu_ms_per_request",
 )
 
 
@@ -106,9 +113,12 @@ async def run_all(settings: Settings, *, stack: LocalStack, quick: bool,
     outcomes: list[Outcome] = []
     errors: dict[str, str] = {}
     timings: dict[str, float] = {}
+    cpu: dict[str, float | None] = {}  # worker CPU ms per answered request, per measurement
+    ledger_from = len(LEDGER.entries)
     for name in names:
         print(f"bench {name} ({'quick' if quick else 'full'}) ...", file=out, flush=True)
         started = time.monotonic()
+        entries_from = len(LEDGER.entries)
         try:
             outcome = await BENCHES[name].run(ctx)
         except Exception as exc:
@@ -118,6 +128,8 @@ async def run_all(settings: Settings, *, stack: LocalStack, quick: bool,
             print(f"bench {name} FAILED: {errors[name]}", file=out, flush=True)
             continue
         timings[name] = round(time.monotonic() - started, 1)
+        if len(LEDGER.entries) > entries_from:  # it ran worker processes
+            cpu[name] = LEDGER.per_request_ms(LEDGER.entries[entries_from:])
         outcomes.append(outcome)
         print(f"bench {name}: {orjson.dumps(outcome.figures).decode()} "
               f"({timings[name]:.0f} s)", file=out, flush=True)
@@ -127,6 +139,8 @@ async def run_all(settings: Settings, *, stack: LocalStack, quick: bool,
         print(f"cleanup of bucket {ctx.bucket} and {len(ctx.topics)} topics failed: {exc}",
               file=out)
     figures: dict[str, Any] = dict(merge(outcomes))
+    figures["cpu_ms_per_request"] = LEDGER.per_request_ms(LEDGER.entries[ledger_from:])
+    figures.update({f"cpu_ms_per_request_{k}": v for k, v in cpu.items()})
     figures["quick"] = quick
     figures.update({f"machine_{k}": v for k, v in machine().items()})
     figures.update({f"seconds_{k}": v for k, v in timings.items()})
