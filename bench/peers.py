@@ -147,6 +147,7 @@ async def _nginx(ctx: BenchContext, p: dict[str, Any],
                  requests: list[SynthesisRequest]) -> dict[str, Any]:
     s = await ctx.settings("peers-nginx", max_inflight=SLOTS, max_batch=MAX_BATCH)
     ports = [free_port() for _ in range(PROCESSES)]
+    started = time.monotonic()
     servers = [WorkerProcess(s, ctx.work_dir / f"peers-server{i}.log", module="bench.modelserver",
                              args=["--port", str(port)],
                              env={**ENGINE, "VF_INSTANCE_ID": f"{s.kafka.topic_prefix}m{i}"})
@@ -176,7 +177,9 @@ async def _nginx(ctx: BenchContext, p: dict[str, Any],
                 return account({k: v for k, v in http.sent.items() if k in ids},
                                {k: v for k, v in http.answers.items() if k in ids})
 
+            ready_s = time.monotonic() - started
             out = await _levels(p, requests, send, kill, ports, meters)
+            out["startup_s"] = round(ready_s, 1)
         await asyncio.to_thread(proxy.stop)
         lines = proxy.access_log()
         kill_from = min(http.sent[r.request_id] for r in requests[-out["kill"]["sent"]:])
@@ -192,6 +195,7 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
                         requests: list[SynthesisRequest]) -> dict[str, Any]:
     s = await ctx.settings("peers-vf", max_inflight=SLOTS, max_batch=MAX_BATCH)
     ports = [free_port() for _ in range(PROCESSES)]
+    started = time.monotonic()
     workers = [WorkerProcess(s, ctx.work_dir / f"peers-worker{i}.log",
                              env={**ENGINE, "VF_INSTANCE_ID": f"{s.kafka.topic_prefix}w{i}",
                                   "VF_METRICS_PORT": str(port)})
@@ -228,7 +232,10 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
                 row["duplicates"] = duplicates
                 return row
 
-            return await _levels(p, requests, send, kill, ports, meters)
+            ready_s = time.monotonic() - started
+            out = await _levels(p, requests, send, kill, ports, meters)
+            out["startup_s"] = round(ready_s, 1)
+            return out
     finally:
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
 
@@ -273,7 +280,8 @@ def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
             f"peers_{d}_kill9_lost": r["kill"]["lost"],
             f"peers_{d}_kill9_failed": r["kill"]["failed"],
             f"peers_{d}_kill9_p99_ms": r["kill"]["p99_ms"],
-            f"peers_{d}_cpu_ms_per_request": cpu})
+            f"peers_{d}_cpu_ms_per_request": cpu,
+            f"peers_{d}_startup_s": r.get("startup_s")})
         if design == "nginx":
             figures["peers_nginx_proxy_cpu_ms_per_request"] = _cpu_ms(r, "nginx")
             figures["peers_nginx_kill9_retried"] = r["kill"].get("retried")
@@ -312,7 +320,10 @@ def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
         f"engine: {ENGINE['VF_BENCH_BASE_MS']} ms + {ENGINE['VF_BENCH_PER_ITEM_MS']} ms an "
         f"item a call; nominal {NOMINAL_RPS:.1f} req/s; {p['level_s']:.0f} s a level, "
         f"kill -9 after {p['kill_at_s']:.0f} s of a {p['kill_s']:.0f}-s run at "
-        f"{KILL_LOAD:.0%}"]
+        f"{KILL_LOAD:.0%}",
+        "start-up until ready (4 processes at once: torch, the speaker encoder; for "
+        "VoiceFactory also the group join): "
+        + ", ".join(f"{d} {results[d].get('startup_s')} s" for d in DESIGNS)]
     series = {d: [{"load": row["load"], "p99_ms": row["p99_ms"], "p50_ms": row["p50_ms"],
                    "throughput_rps": row["throughput_rps"]} for row in results[d]["rows"]]
               for d in DESIGNS}
