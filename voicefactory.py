@@ -19,9 +19,8 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 def _settings(args: argparse.Namespace) -> Settings:
     """VF_* variables, then the flags this command has (a flag not given changes nothing)."""
-    def flag(name: str) -> object:
+    def flag(name: str) -> object:  # None: the command has no such flag or it was not given
         return getattr(args, name, None)
-
     return Settings.from_env().with_overrides(
         kafka={"bootstrap": flag("bootstrap"), "topic_prefix": flag("topic_prefix")},
         store={"endpoint": flag("s3_endpoint"), "bucket": flag("bucket")},
@@ -198,8 +197,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _default_plots_dir(work_dir: Path) -> Path:
-    """docs/img of the checkout the command runs in (the committed figures), else beside
-    the report."""
+    """docs/img of the checkout the command runs in (the committed figures), else WORK_DIR."""
     checkout = find_checkout(Path.cwd())
     return checkout / "docs" / "img" if checkout is not None else work_dir / "img"
 
@@ -330,10 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")
-    bench.add_argument("--work-dir", help="worker logs, py-spy profile, report.md, "
-                       "figures.json (default: <state dir>/bench; the state dir is "
-                       "VF_STATE_DIR, else the checkout's .vf/, else "
-                       "~/.local/state/voicefactory)")
+    bench.add_argument("--work-dir", help="worker logs, py-spy profile, report.md, figures.json "
+                       "(default: <state dir>/bench; VF_STATE_DIR, else the checkout's .vf/, "
+                       "else ~/.local/state/voicefactory)")
     bench.set_defaults(func=cmd_bench)
 
     demo = common(sub.add_parser("demo", help="run the end-to-end demo on the local stack"))

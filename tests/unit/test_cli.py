@@ -37,3 +37,23 @@ def test_voices_check_names_the_broken_rule_and_exits_1(
 def test_dev_env_prints_exports(capsys: pytest.CaptureFixture[str]) -> None:
     assert voicefactory.main(["dev", "env"]) == 0
     assert "export VF_KAFKA_BOOTSTRAP=127.0.0.1:9092" in capsys.readouterr().out
+
+
+def test_a_bad_setting_names_the_variable_and_the_value_and_exits_1(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VF_EMPTY_CACHE", "sometimes")
+    assert voicefactory.main(["submit", "nonexistent.jsonl"]) == 1
+    assert "error: VF_EMPTY_CACHE must be one of 1/0, true/false, yes/no, on/off, got " \
+           "'sometimes'" in capsys.readouterr().err
+
+
+def test_flags_override_the_environment_group_by_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_MAX_BATCH", "4")
+    monkeypatch.setenv("VF_KAFKA_BOOTSTRAP", "kafka:9092")
+    args = voicefactory.build_parser().parse_args(
+        ["worker", "--bootstrap", "b:1", "--engine", "bench", "--max-inflight", "3",
+         "--instance-id", "w9", "--metrics-port", "-1", "--bucket", "clips"])
+    s = voicefactory._settings(args)
+    assert (s.kafka.bootstrap, s.engine.name, s.store.bucket) == ("b:1", "bench", "clips")
+    assert (s.worker.max_inflight, s.worker.max_batch, s.worker.instance_id,
+            s.worker.metrics_port) == (3, 4, "w9", -1)
