@@ -32,3 +32,15 @@ def test_env_lines_are_exports_for_every_setting() -> None:
     assert all(line.startswith("export VF_") for line in lines)
     names = {line.split("=")[0].removeprefix("export ") for line in lines}
     assert {"VF_KAFKA_BOOTSTRAP", "VF_S3_ENDPOINT", "VF_S3_BUCKET", "VF_TOPIC_PREFIX"} <= names
+
+
+def test_state_follows_the_folder_run_from_not_the_package(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-editable install must not keep Kafka's data inside site-packages."""
+    monkeypatch.delenv("VF_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    assert stack.KAFKA.pid_file == tmp_path / "xdg" / "voicefactory" / "run" / "kafka.pid"
+    checkout = Path(stack.__file__).resolve().parents[2]
+    monkeypatch.chdir(checkout / "docs")
+    assert stack.S3.log_file == checkout / ".vf" / "s3" / "s3.log"
