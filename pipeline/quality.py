@@ -29,7 +29,11 @@ def predicted_seconds(text: str, speaking_rate: float | None, speed: float) -> f
 def warnings_for(raw: Audio, *, text: str, loudness_before: float, loudness_after: float,
                  target_lufs: float, speaking_rate: float | None, speed: float) -> list[str]:
     found: list[str] = []
-    clipped = float(np.mean(np.abs(raw.samples) >= 0.999)) if raw.samples.size else 0.0
+    samples = raw.samples
+    # Peaks first: a clip that never reaches full scale (almost all) costs two reductions.
+    peak = max(float(samples.max()), -float(samples.min())) if samples.size else 0.0
+    clipped = (float(np.count_nonzero(np.abs(samples) >= 0.999)) / samples.size
+               if peak >= 0.999 else 0.0)
     if clipped > CLIPPED_WARN:
         found.append(f"clipping: {clipped:.2%} of engine samples at full scale")
     if not np.isfinite(loudness_before):

@@ -25,6 +25,8 @@ def stitch(audios: Sequence[Audio], *, gap_ms: float = 150.0, crossfade_ms: floa
     if len(rates) > 1:
         raise ValueError(f"pieces have different sample rates {rates}; resample them first")
     rate = rates[0]
+    if len(audios) == 1 and trim_db is None:  # one sentence: nothing to join, one copy
+        return Audio(np.clip(audios[0].samples, -1.0, 1.0, dtype=np.float32), rate)
     pieces = [a.samples.astype(np.float32) for a in audios]
     if trim_db is not None:
         pieces = [_trim(p, rate, trim_db) for p in pieces]

@@ -105,3 +105,17 @@ def test_silence_is_left_alone() -> None:
     out, before, after = normalize_loudness(silent, -16.0)
     assert before == after == float("-inf")
     assert not np.any(out.samples)
+
+
+@pytest.mark.parametrize(("rate", "n"), [(24000, 24000), (44100, 44101), (8000, 1), (16000, 0)])
+def test_wav_is_byte_for_byte_what_libsndfile_writes(rate: int, n: int) -> None:
+    import io
+
+    import soundfile as sf
+
+    samples = np.random.default_rng(n).uniform(-1.2, 1.2, n).astype(np.float32)
+    samples[: min(n, 4)] = [1.0, -1.0, 0.5, -1 / 65536][: min(n, 4)]
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(samples, -1.0, 1.0), rate, format="WAV", subtype="PCM_16")
+    assert encode(Audio(samples, rate), "wav") == buf.getvalue()
+    assert decode(encode(Audio(samples, rate), "wav")).sample_rate == rate
