@@ -24,13 +24,16 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from topics.errors import VoiceFactoryError
 from topics.events import SynthesisRequest, SynthesisResult
 from topics.events import encode as encode_event
+
+if TYPE_CHECKING:
+    from consumers.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def build(settings: Any) -> ModelServer:
+def build(settings: Settings) -> ModelServer:
     """The worker's objects behind a ModelServer (what `main` serves)."""
     from consumers.wiring import build_worker
     from pipeline.synthesis import Received
