@@ -1,12 +1,15 @@
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from bench.cpu import (
+    LEDGER,
     TICKS,
     CpuLedger,
     CpuMeter,
@@ -119,3 +122,32 @@ def test_ledger_divides_cpu_by_requests_answered() -> None:
     ledger.record("w1", 0.0, 1)
     assert ledger.per_request_ms(ledger.entries) == 30.0
     assert ledger.per_request_ms([]) is None
+
+
+async def test_a_worker_process_records_its_cpu_and_answers_from_ready_to_stop(
+        tmp_path: Path) -> None:
+    """The hook every measurement gets: WorkerProcess marks at its first successful
+    wait_log, records (instance ID, CPU s, answers seen meanwhile) in LEDGER at stop()."""
+    from bench.processes import WorkerProcess
+    from consumers.settings import Settings
+
+    burn = BURN.format(s=0.6) + "time.sleep(30)\n"
+    worker = WorkerProcess(Settings(), tmp_path / "w.log", module="timeit",
+                           args=["-s", "print('assigned partitions', flush=True)",
+                                 "-n", "1", "-r", "1", burn],
+                           env={"VF_INSTANCE_ID": "cpu-test-w0"})
+    try:
+        LEDGER.answered("cpu-test-w0")  # before it is up: not its work
+        await worker.wait_log("assigned partitions", 60)
+        for _ in range(4):
+            LEDGER.answered("cpu-test-w0")
+        LEDGER.answered("someone-else")
+        await asyncio.sleep(1.2)  # the burn (0.6 s of CPU) is over
+    finally:
+        await worker.stop()
+    name, cpu_s, answered = LEDGER.entries[-1]
+    assert (name, answered) == ("cpu-test-w0", 4)
+    assert 0.3 <= cpu_s <= 1.0
+    await worker.stop()  # a second stop records nothing more
+    assert LEDGER.entries[-1] == (name, cpu_s, answered)
+    assert sum(1 for e in LEDGER.entries if e[0] == "cpu-test-w0") == 1

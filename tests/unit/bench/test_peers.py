@@ -1,3 +1,4 @@
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -112,3 +113,42 @@ def test_outcome_writes_the_peers_keys_a_table_and_a_plot() -> None:
         assert len(ax.get_lines()) == 5  # p99 + p50 per design, and the bound
     finally:
         plt.close(fig)
+
+
+def test_the_runner_knows_peers_and_always_writes_its_keys_and_the_cpu_figure() -> None:
+    from bench.runner import BENCHES, REQUIRED, merge, select
+
+    assert BENCHES["peers"] is peers
+    assert select(["peers"]) == ["peers"]
+    assert list(BENCHES)[-1] == "peers"  # last: it starts 8 processes of its own
+    merged = merge([])
+    for key in ("cpu_ms_per_request", "peers_nginx_throughput_at_p99_rps",
+                "peers_vf_throughput_at_p99_rps", "peers_nginx_p99_ms_at_70",
+                "peers_vf_p99_ms_at_70", "peers_nginx_profile_builds",
+                "peers_vf_profile_builds", "peers_nginx_kill9_lost", "peers_vf_kill9_lost"):
+        assert key in REQUIRED and merged[key] is None
+    results = {"nginx": _result([500.0, 800.0, 2500.0], 0),
+               "voicefactory": _result([400.0, 600.0, 900.0], 0)}
+    figures = peers.outcome(results, peers.plan(quick=True)).figures
+    assert {k for k in REQUIRED if k.startswith("peers_")} <= set(figures)
+
+
+def test_cli_bench_peers_runs_only_the_peers_measurement(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import bench.runner
+    import voicefactory
+
+    seen: dict[str, Any] = {}
+
+    def fake_main(settings: Any, **kwargs: Any) -> int:
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setattr(bench.runner, "main", fake_main)
+    args = voicefactory.build_parser().parse_args(
+        ["bench", "peers", "--quick", "--work-dir", str(tmp_path)])
+    assert args.suite == "peers"
+    assert voicefactory.cmd_bench(args) == 0
+    assert seen["only"] == ["peers"] and seen["quick"] is True
+    args = voicefactory.build_parser().parse_args(["bench", "--only", "peers", "faults"])
+    assert args.only == ["peers", "faults"]
