@@ -14,7 +14,8 @@ layout of the released folders and dimensions small enough for a CPU:
                        tokens < 6561 (every 4th frame, summed, scaled, modulo).
 The weights are random: the audio is noise-like, but every upstream stage runs for real.
 A random LLM rarely samples its end token, so the CosyVoice 2 decoder gets a large bias on
-it (CosyVoice 3's decoder has no bias; 200 of its 6761 classes stop it).
+it: a v2 clip is exactly twice as many speech tokens as its text has tokens (CosyVoice 3's
+decoder has no bias; 200 of its 6761 classes stop it, so its clips vary in length).
 """
 
 from __future__ import annotations
@@ -296,8 +297,12 @@ def build_model_dir(root: Path, generation: int) -> Path:
     configs = hyperpyyaml.load_hyperpyyaml(text, overrides={"qwen_pretrain_path": str(qwen)})
     llm = configs["llm"]
     if generation == 2:
-        with torch.no_grad():  # end token: a random LLM would rarely stop on its own
+        # A random LLM would rarely stop on its own: its end token gets a large bias, so it
+        # stops as soon as upstream allows (twice the text's tokens). Its two other stop ids
+        # are not masked before that and would end a clip at random: a large negative bias.
+        with torch.no_grad():
             llm.llm_decoder.bias[SPEECH_TOKENS] = 30.0
+            llm.llm_decoder.bias[SPEECH_TOKENS + 1:SPEECH_TOKENS + 3] = -30.0
     torch.save(llm.state_dict(), path / "llm.pt")
     torch.save(configs["flow"].state_dict(), path / "flow.pt")
     torch.save(configs["hift"].state_dict(), path / "hift.pt")
