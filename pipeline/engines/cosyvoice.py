@@ -35,7 +35,7 @@ import os
 import tempfile
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from pipeline.engines.cosyvoice_prompts import (
     LANGUAGES_V2,
     LANGUAGES_V3,
     Call,
+    model_text,
     nothing_to_say,
     plan_call,
 )
@@ -283,7 +284,8 @@ class CosyVoiceEngine:
         finally:
             plan.after_batch()
 
-    def synthesize_stream(self, profile: Profile, item: SynthesisItem) -> Iterator[Samples]:
+    def synthesize_stream(self, profile: Profile,
+                          item: SynthesisItem) -> Generator[Samples, None, None]:
         """One item through upstream's stream=True path: float32 mono arrays at
         `sample_rate`, in order, as upstream yields them. Close the iterator (or run it out)
         to release the voice's speaker slot. Thread-safe: each call has its own streaming
@@ -296,7 +298,7 @@ class CosyVoiceEngine:
                                     f"CosyVoice streams at speed 1.0 only, got {item.speed}",
                                     retryable=False)
         call = self._plan_call(profile, item)
-        if nothing_to_say(item.text):
+        if nothing_to_say(model_text(item.text, self._generation)):
             yield _silence(self._sample_rate)
             return
         spk_id = speaker_id(profile.voice_id, profile.sha256)
@@ -345,7 +347,7 @@ class CosyVoiceEngine:
     def _one(self, model: Any, plan: DevicePlan, profile: Profile, spk_id: str,
              item: SynthesisItem) -> Synthesized:
         call = self._plan_call(profile, item)
-        if nothing_to_say(item.text):
+        if nothing_to_say(model_text(item.text, self._generation)):
             # Upstream drops such a sentence and returns no audio: a pause, not an error.
             return Synthesized(audio=Audio(samples=_silence(self._sample_rate),
                                            sample_rate=self._sample_rate),
@@ -359,7 +361,7 @@ class CosyVoiceEngine:
                            language=call.language)
 
     def _chunks(self, model: Any, profile: Profile, spk_id: str, call: Call, *,
-                stream: bool, speed: float) -> Iterator[Mapping[str, Any]]:
+                stream: bool, speed: float) -> Generator[Mapping[str, Any], None, None]:
         """Upstream's chunks for one call. text_frontend=False throughout: the text comes
         from our front-end, normalised and split, and upstream's normaliser breaks
         pronunciation annotations."""
@@ -375,7 +377,7 @@ class CosyVoiceEngine:
             yield from self._instruct(model, spk_id, call, options)
 
     def _instruct(self, model: Any, spk_id: str, call: Call,
-                  options: dict[str, Any]) -> Iterator[Mapping[str, Any]]:
+                  options: dict[str, Any]) -> Generator[Mapping[str, Any], None, None]:
         # A per-call speaker entry: the voice's prompt speech, the instruction as prompt
         # text (what instruct2 computes itself when it is given a wav instead of an id).
         table = model.frontend.spk2info

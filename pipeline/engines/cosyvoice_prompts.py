@@ -124,12 +124,11 @@ def model_text(text: str, generation: int) -> str:
 
 
 def nothing_to_say(text: str) -> bool:
-    """Punctuation, symbols and spaces only (upstream drops such a sentence and returns no
-    audio); control tags alone count as nothing too."""
-    plain = without_pronunciations(text)
-    for a in reversed(find(plain)):
-        plain = plain[:a.start] + plain[a.end:]
-    return all(unicodedata.category(ch)[0] in "PSZC" for ch in plain)
+    """`text` (as `model_text` wrote it) is punctuation, symbols and spaces only: upstream
+    drops such a sentence and returns no audio. Control tags alone count as nothing too."""
+    for a in reversed([a for a in find(text) if isinstance(a, ControlTag)]):
+        text = text[:a.start] + text[a.end:]
+    return all(unicodedata.category(ch)[0] in "PSZC" for ch in text)
 
 
 def plan_call(item: SynthesisItem, *, voice_language: str, has_transcript: bool,

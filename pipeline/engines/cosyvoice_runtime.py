@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -78,7 +78,7 @@ def _llm_error(view: _CallView) -> BaseException:
     return error
 
 
-def _run(view: _CallView, tts: Callable[..., Iterator[Any]], args: tuple[Any, ...],
+def _run(view: _CallView, tts: Callable[..., Generator[Any, None, None]], args: tuple[Any, ...],
          kwargs: dict[str, Any]) -> Iterator[Any]:
     chunks = tts(view, *args, **kwargs)
     try:

@@ -152,7 +152,8 @@ def test_style_hints_become_upstreams_trained_instructions(
     [out] = engine.synthesize(profile, [item("我们走吧。", "zh", style=hints)])
     check_audio(out.audio)
     expected = ("You are a helpful assistant. 请用四川话表达。请非常开心地说一句话。<|endofprompt|>"
-                if engine.generation == 3 else "用四川话说这句话用开心的语气说这句话<|endofprompt|>")
+                if engine.generation == 3
+                else "用四川话说这句话用开心的语气说这句话<|endofprompt|>")
     assert expected in spy.texts
 
 

@@ -210,6 +210,7 @@ def test_concurrent_streams_each_start_with_the_first_hop(
         t.start()
     for t in threads:
         t.join(timeout=90)
+    assert alone[0] == 25 * 2 * 480 - 8 * 480  # the first hop, as upstream's __init__ set it
     assert results == [alone] * 3
 
 

@@ -234,14 +234,14 @@ def build_qwen(path: Path) -> None:
 def build_campplus(path: Path) -> None:
     """[1, T, 80] fbank -> [1, 192]: the mean frame through one fixed projection."""
     onnx = importlib.import_module("onnx")
-    helper, TensorProto = onnx.helper, onnx.TensorProto
+    helper, tensor_proto = onnx.helper, onnx.TensorProto
     weight = np.random.default_rng(1).standard_normal((80, 192)).astype(np.float32) * 0.1
     graph = helper.make_graph(
         [helper.make_node("ReduceMean", ["feats"], ["mean"], axes=[1], keepdims=0),
          helper.make_node("MatMul", ["mean", "weight"], ["embedding"])],
         "campplus",
-        [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, "T", 80])],
-        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [1, 192])],
+        [helper.make_tensor_value_info("feats", tensor_proto.FLOAT, [1, "T", 80])],
+        [helper.make_tensor_value_info("embedding", tensor_proto.FLOAT, [1, 192])],
         [onnx.numpy_helper.from_array(weight, "weight")])
     _save(onnx, graph, path)
 
@@ -249,7 +249,7 @@ def build_campplus(path: Path) -> None:
 def build_speech_tokenizer(path: Path) -> None:
     """Whisper mel [1, 128, T] (+ int32 length) -> int32 tokens [1, ceil(T/4)], < 6561."""
     onnx = importlib.import_module("onnx")
-    helper, TensorProto, numpy_helper = onnx.helper, onnx.TensorProto, onnx.numpy_helper
+    helper, tensor_proto, numpy_helper = onnx.helper, onnx.TensorProto, onnx.numpy_helper
 
     def const(name: str, values: list[int]) -> Any:
         return numpy_helper.from_array(np.array(values, np.int64), name)
@@ -259,14 +259,14 @@ def build_speech_tokenizer(path: Path) -> None:
         helper.make_node("ReduceSum", ["frames", "axis_mel"], ["summed"], keepdims=0),
         helper.make_node("Abs", ["summed"], ["magnitude"]),
         helper.make_node("Mul", ["magnitude", "scale"], ["scaled"]),
-        helper.make_node("Cast", ["scaled"], ["as_int"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["scaled"], ["as_int"], to=tensor_proto.INT32),
         helper.make_node("Mod", ["as_int", "codebook"], ["tokens"]),
     ]
     graph = helper.make_graph(
         nodes, "speech_tokenizer",
-        [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 128, "T"]),
-         helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1])],
-        [helper.make_tensor_value_info("tokens", TensorProto.INT32, [1, "N"])],
+        [helper.make_tensor_value_info("feats", tensor_proto.FLOAT, [1, 128, "T"]),
+         helper.make_tensor_value_info("feats_length", tensor_proto.INT32, [1])],
+        [helper.make_tensor_value_info("tokens", tensor_proto.INT32, [1, "N"])],
         [const("start", [0]), const("end", [2**31 - 1]), const("axis", [2]),
          const("step", [4]), const("axis_mel", [1]),
          numpy_helper.from_array(np.array(1000.0, np.float32), "scale"),
