@@ -18,11 +18,9 @@ synthesize(profile, batch): profile tensors -> torch on the model's device -> th
 synthesize_stream(profile, item): the same call with stream=True, one float32 array per
   chunk upstream yields.
 Out-of-memory errors, in the caller's thread or upstream's LLM thread, become
-`EngineOutOfMemory` (the worker splits the batch); any other failure inside CosyVoice is a
-retryable `engine_error`.
-
-With a speaker id, instruct2 would take the transcript as the instruction, so instruct calls
-get a per-call copy of the speaker entry whose prompt text is the instruction.
+`EngineOutOfMemory` (the worker splits the batch); other failures are retryable
+`engine_error`s. With a speaker id, instruct2 would take the transcript as the instruction,
+so instruct calls get a per-call copy of the speaker entry prompted with the instruction.
 """
 
 from __future__ import annotations
@@ -59,7 +57,12 @@ from pipeline.engines.cosyvoice_prompts import (
 )
 from pipeline.engines.cosyvoice_prompts import prompt_text as model_prompt_text
 from pipeline.engines.cosyvoice_runtime import guard_model, quiet_progress, use_soundfile_loader
-from pipeline.engines.cosyvoice_setup import import_cosyvoice, inspect_model_dir, model_class
+from pipeline.engines.cosyvoice_setup import (
+    device_plan,
+    import_cosyvoice,
+    inspect_model_dir,
+    model_class,
+)
 from pipeline.engines.cosyvoice_speakers import PROFILE_TENSORS, SpeakerSlots, speaker_id
 from pipeline.engines.device import DevicePlan, translate_oom
 from pipeline.engines.options import EngineOptions
@@ -138,7 +141,7 @@ class CosyVoiceEngine:
         layout = inspect_model_dir(self._model_dir)
         module = import_cosyvoice(self._source)
         cls = model_class(module, layout)
-        plan = self._device_plan()
+        plan = device_plan(self._device, self._precision, empty_cache=self._empty_cache)
         log.info("loading %s from %s (%s, %s)", layout.class_name, layout.path, plan.device,
                  plan.precision)
         # Upstream calls the deprecated torch.cuda.amp.autocast on every call.
@@ -171,28 +174,6 @@ class CosyVoiceEngine:
         self._model, self._plan = model, plan
         self._generation, self._sample_rate = layout.generation, int(model.sample_rate)
         self._slots = SpeakerSlots(frontend.spk2info, self._speaker_slots)
-
-    def _device_plan(self) -> DevicePlan:
-        if self._precision == "bf16":
-            raise EngineUnavailable("VF_PRECISION=bf16: CosyVoice runs in fp32 or fp16 "
-                                    "(its fp16 switch); use fp16 on a GPU")
-        try:
-            plan = DevicePlan.resolve(self._device, self._precision,
-                                      empty_cache=self._empty_cache)
-        except ValueError as exc:
-            raise EngineUnavailable(str(exc)) from exc
-        import torch
-
-        # CosyVoice places its models itself: on the first visible GPU whenever CUDA is up.
-        if plan.device.startswith("cuda") and plan.device not in ("cuda", "cuda:0"):
-            raise EngineUnavailable(f"VF_DEVICE={plan.device}: CosyVoice always uses the first "
-                                    "visible GPU; pick the GPU with CUDA_VISIBLE_DEVICES and "
-                                    "set VF_DEVICE=cuda:0")
-        if plan.device == "cpu" and torch.cuda.is_available():
-            raise EngineUnavailable("VF_DEVICE=cpu, but CosyVoice puts its models on the GPU "
-                                    "whenever CUDA is visible; set VF_DEVICE=auto (or "
-                                    "cuda:0), or hide the GPUs with CUDA_VISIBLE_DEVICES=''")
-        return plan
 
     def _loaded(self) -> tuple[Any, DevicePlan, SpeakerSlots]:
         if self._model is None or self._plan is None or self._slots is None:

@@ -23,6 +23,7 @@ from types import ModuleType
 
 from pipeline.engines.base import EngineUnavailable
 from pipeline.engines.cosyvoice_runtime import restore_root_logger
+from pipeline.engines.device import DevicePlan
 
 INSTALL_HINT = ("git clone --recursive https://github.com/FunAudioLLM/CosyVoice, "
                 "pip install 'voicefactory[cosyvoice]', and set VF_COSYVOICE_SOURCE to the "
@@ -172,3 +173,26 @@ def model_class(module: ModuleType, layout: ModelLayout) -> type:
                 f"{layout.class_name}.{method} takes no zero_shot_spk_id; update the clone "
                 "(git pull) to a 2025 release or later")
     return cls
+
+
+def device_plan(device: str, precision: str, *, empty_cache: bool) -> DevicePlan:
+    """VF_DEVICE/VF_PRECISION as CosyVoice can honour them, or why not."""
+    if precision == "bf16":
+        raise EngineUnavailable("VF_PRECISION=bf16: CosyVoice runs in fp32 or fp16 "
+                                "(its fp16 switch); use fp16 on a GPU")
+    try:
+        plan = DevicePlan.resolve(device, precision, empty_cache=empty_cache)
+    except ValueError as exc:
+        raise EngineUnavailable(str(exc)) from exc
+    import torch
+
+    # CosyVoice places its models itself: on the first visible GPU whenever CUDA is up.
+    if plan.device.startswith("cuda") and plan.device not in ("cuda", "cuda:0"):
+        raise EngineUnavailable(f"VF_DEVICE={plan.device}: CosyVoice always uses the first "
+                                "visible GPU; pick the GPU with CUDA_VISIBLE_DEVICES and "
+                                "set VF_DEVICE=cuda:0")
+    if plan.device == "cpu" and torch.cuda.is_available():
+        raise EngineUnavailable("VF_DEVICE=cpu, but CosyVoice puts its models on the GPU "
+                                "whenever CUDA is visible; set VF_DEVICE=auto (or "
+                                "cuda:0), or hide the GPUs with CUDA_VISIBLE_DEVICES=''")
+    return plan
