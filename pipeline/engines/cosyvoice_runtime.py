@@ -39,10 +39,14 @@ _GUARDED = "_vf_guarded"
 class _CallView:
     """One call's view of upstream's shared CosyVoice2Model/CosyVoice3Model."""
 
+    _TABLES = ("tts_speech_token_dict", "llm_end_dict", "hift_cache_dict", "mel_overlap_dict",
+               "flow_cache_dict")
+
     def __init__(self, shared: Any, token_hop_len: int | None) -> None:
         self._shared = shared
         self.error: BaseException | None = None
         self.uuid: str | None = None
+        self._forgotten = False
         if token_hop_len is not None:
             self.token_hop_len = token_hop_len  # upstream's tts reads and grows this
 
@@ -57,17 +61,25 @@ class _CallView:
             self._shared.llm_job(*args)
         except BaseException as exc:
             self.error = exc
-            # The streaming loop polls this flag; without it a failed LLM hangs the call.
-            self._shared.llm_end_dict[args[-1]] = True
+            with self._shared.lock:
+                if not self._forgotten:
+                    # The streaming loop polls this flag; without it a dead LLM hangs it.
+                    self._shared.llm_end_dict[self.uuid] = True
+        finally:
+            with self._shared.lock:
+                if self._forgotten:  # the caller left early: what this thread wrote since
+                    self._drop()
 
     def forget(self) -> None:
-        """Drop this call's per-uuid state if upstream did not (a call closed or failed
-        mid-way never reaches upstream's own clean-up)."""
-        if self.uuid is None:
-            return
+        """Drop this call's per-uuid state if upstream did not: a call closed or failed
+        mid-way never reaches upstream's own clean-up, and its LLM thread may run on."""
         with self._shared.lock:
-            for table in ("tts_speech_token_dict", "llm_end_dict", "hift_cache_dict",
-                          "mel_overlap_dict", "flow_cache_dict"):
+            self._forgotten = True
+            self._drop()
+
+    def _drop(self) -> None:
+        if self.uuid is not None:
+            for table in self._TABLES:
                 getattr(self._shared, table, {}).pop(self.uuid, None)
 
 

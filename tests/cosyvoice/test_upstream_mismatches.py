@@ -10,6 +10,7 @@ import importlib
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -228,3 +229,18 @@ def test_stream_refuses_a_speed_change(engine_v2: CosyVoiceEngine, reference: Au
     with pytest.raises(VoiceFactoryError) as caught:
         next(engine_v2.synthesize_stream(profile, item(LONG_ZH, speed=1.5)))
     assert caught.value.code is ErrorCode.INVALID_REQUEST and not caught.value.retryable
+
+
+def test_an_abandoned_stream_leaves_no_state_behind(engine_v2: CosyVoiceEngine,
+                                                    reference: Audio) -> None:
+    profile = make_profile(engine_v2, reference, voice_id="abandoned")
+    stream = engine_v2.synthesize_stream(profile, item(LONG_ZH * 2))
+    next(stream)
+    stream.close()  # a client that hung up; upstream's own clean-up never runs
+    shared = engine_v2._model.model
+    deadline = time.monotonic() + 30
+    while (shared.tts_speech_token_dict or shared.llm_end_dict or shared.hift_cache_dict) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)  # the LLM thread may still be finishing
+    assert not shared.tts_speech_token_dict and not shared.llm_end_dict
+    assert not shared.hift_cache_dict
