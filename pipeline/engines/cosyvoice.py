@@ -167,8 +167,9 @@ class CosyVoiceEngine:
         if hasattr(frontend_module, "load_wav"):
             use_soundfile_loader(frontend_module)
         quiet_progress(module)
-        if getattr(frontend, "spk2info", None) is None:
-            frontend.spk2info = {}
+        if getattr(frontend, "text_frontend", None) == "":  # upstream's bare except left none
+            log.warning("CosyVoice has no text normaliser (ttsfrd or wetext 0.1.8 importable): "
+                        "reference transcripts are used as written")
         params = list(inspect.signature(model.add_zero_shot_spk).parameters)
         self._wav_prompts = "prompt_speech_16k" not in params
         self._model, self._plan = model, plan
@@ -333,7 +334,6 @@ class CosyVoiceEngine:
             return Synthesized(audio=Audio(samples=_silence(self._sample_rate),
                                            sample_rate=self._sample_rate),
                                language=call.language)
-        log.debug("voice %s: %s in %s", profile.voice_id, call.mode, call.language)
         with _engine_errors(f"on a {call.mode} item of voice {profile.voice_id!r}"), \
                 self._running(plan):
             samples = _concatenate(self._chunks(model, profile, spk_id, call, stream=False,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,10 @@ class FakeModel:
     def __init__(self, owner: FakeCosyVoice2) -> None:
         self.owner = owner
         self.token_hop_len = 25
+        self.lock = threading.Lock()  # guards upstream's per-call dicts
+        self.tts_speech_token_dict: dict[str, Any] = {}
+        self.llm_end_dict: dict[str, bool] = {}
+        self.hift_cache_dict: dict[str, Any] = {}
 
     def llm_job(self, *args: Any) -> None:
         raise AssertionError("the fake runs no LLM thread")
