@@ -14,11 +14,19 @@ every check passed. `--device cpu` runs the same path in fp32 on a CPU (the OOM 
 raised by hand, the CUDA-only checks are skipped), to try the script itself.
 
 Run: PYTHONPATH=. python deploy/device/cosyvoice_gpu.py --source <CosyVoice source>
-(a clone, or a folder with CosyVoice/ and Matcha-TTS/; default VF_COSYVOICE_SOURCE). On the
-device tool, copy ../shared/third_party into an ignored folder of the checkout and carry it,
-and carry as wheels what its image lacks (`pip install '.[cosyvoice]'` here lists them:
-HyperPyYAML, conformer, diffusers, x-transformers, wetext, inflect, omegaconf, hydra-core,
-modelscope, gdown, wget, openai-whisper, onnxruntime-gpu, and the project's own needs).
+(a clone, or a folder with CosyVoice/ and Matcha-TTS/; default VF_COSYVOICE_SOURCE).
+On the device tool (its image has torch, transformers, onnx, tokenizers, tqdm, rich,
+lightning; nothing can be fetched there): copy ../shared/third_party (2 MB) into a folder of
+the checkout that .git/info/exclude ignores, e.g. .cosy/, and put there as wheels what the
+image lacks: the cosyvoice extra's HyperPyYAML (+ ruamel.yaml), conformer, diffusers,
+x-transformers (+ einx, frozendict, torch-einops-utils), wetext (+ kaldifst, contractions,
+textsearch, anyascii, pyahocorasick), inflect (+ typeguard, more-itertools), omegaconf
+(+ antlr4-python3-runtime), hydra-core, modelscope (+ modelscope-hub), gdown, wget,
+openai-whisper (an sdist: `pip wheel --no-deps openai-whisper`), onnxruntime-gpu, and the
+project's own soundfile, soxr, msgspec, orjson, pypinyin, num2words, cn2an. Then
+`run(carry=[".cosy"], command="pip install --no-index --no-deps --target /tmp/site
+.cosy/*.whl && PYTHONPATH=.:/tmp/site python3 deploy/device/cosyvoice_gpu.py --source
+.cosy/third_party")`. Not run yet: no GPU was lent to the task that wrote it.
 """
 
 from __future__ import annotations
