@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP)  ## Debian packages + .venv with the project and dev tools (idempotent)
+setup: $(STAMP)  ## Debian packages + .venv with the project, dev tools and the CosyVoice extra (idempotent)
 
 $(STAMP): pyproject.toml constraints.txt
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 	fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev,cosyvoice]'
 	@# Resemblyzer's wheel carries the GE2E weights; its metadata pins packages that no longer
 	@# install (typing, webrtcvad), so it goes in without them: pyproject lists its real needs.
 	$(BIN)/pip install -q --no-deps 'resemblyzer==0.1.4'
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup  ## start the local stack, register a voice, synthesize zh/yue/en lines, print where the audio is
 	$(BIN)/voicefactory demo
 
-test: setup lint check-deploy  ## lint, type-check, deploy checks, unit and integration tests (starts and stops the real stack)
+test: setup lint check-deploy  ## lint, type-check, deploy checks, unit, CosyVoice real-code and integration tests (starts and stops the real stack)
 	$(BIN)/pytest -q
 
 unit: setup  ## unit tests only (no servers)

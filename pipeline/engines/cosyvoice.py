@@ -1,36 +1,39 @@
 """The `cosyvoice` engine: CosyVoice 2/3 through FunAudioLLM's Python API, from local weights.
 
-load(): VF_COSYVOICE_MODEL_DIR checked and the package imported (cosyvoice_setup) ->
-  DevicePlan from VF_DEVICE/VF_PRECISION -> CosyVoice2/CosyVoice3(model_dir, fp16=...).
+load(): VF_COSYVOICE_MODEL_DIR checked, the package imported from VF_COSYVOICE_SOURCE or
+  PYTHONPATH (cosyvoice_setup) -> DevicePlan from VF_DEVICE/VF_PRECISION ->
+  CosyVoice2/CosyVoice3(model_dir, fp16=...) -> cosyvoice_runtime's changes to how upstream
+  runs here (LLM-thread errors reach the caller, per-call streaming state, WAV loading without
+  torchcodec, no progress bars).
 profile(reference, prompt_text): reference -> temporary WAV -> model.add_zero_shot_spk
   (speech tokens, mel features, CAM++ embedding: what frontend_zero_shot computes) ->
   numpy `Profile.tensors`, persisted by the profile tier as safetensors.
 synthesize(profile, batch): profile tensors -> torch on the model's device -> the frontend's
-  zero-shot speaker cache (`spk2info`) under an id derived from voice_id + sha256, so the
-  model never recomputes prompt features -> per item, cosyvoice_prompts.plan_call picks
+  zero-shot speaker cache (cosyvoice_speakers) under an id derived from voice_id + sha256, so
+  the model never recomputes prompt features -> per item, cosyvoice_prompts.plan_call picks
   inference_zero_shot / inference_cross_lingual / inference_instruct2 (stream=False, the
-  request's speed) -> the generator's chunks concatenated -> Audio at model.sample_rate.
-Out-of-memory errors become `EngineOutOfMemory` (the worker splits the batch); any other
-failure inside CosyVoice is a retryable `engine_error`.
-
-Upstream frontends hand out the cached speaker dict itself and then delete keys from it
-(cross-lingual drops the LLM prompt, instruct2 the LLM speech tokens) or write per-sentence
-text into it; `_FreshEntries` makes every read a shallow copy so one call cannot corrupt
-the speaker for the next. With a speaker id, instruct2 would also take the transcript as the
-instruction, so instruct calls get a per-call entry whose prompt text is the instruction.
+  request's speed, text_frontend=False: our front-end has normalised and split the text) ->
+  the generator's chunks concatenated -> Audio at model.sample_rate. A sentence of
+  punctuation only is a short silence, never a model call.
+synthesize_stream(profile, item): the same call with stream=True, one float32 array per
+  chunk upstream yields.
+Out-of-memory errors, in the caller's thread or upstream's LLM thread, become
+`EngineOutOfMemory` (the worker splits the batch); other failures are retryable
+`engine_error`s. With a speaker id, instruct2 would take the transcript as the instruction,
+so instruct calls get a per-call copy of the speaker entry prompted with the instruction.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import logging
 import os
 import tempfile
-import threading
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import warnings
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -48,10 +51,19 @@ from pipeline.engines.cosyvoice_prompts import (
     LANGUAGES_V2,
     LANGUAGES_V3,
     Call,
+    model_text,
+    nothing_to_say,
     plan_call,
 )
 from pipeline.engines.cosyvoice_prompts import prompt_text as model_prompt_text
-from pipeline.engines.cosyvoice_setup import import_cosyvoice, inspect_model_dir, model_class
+from pipeline.engines.cosyvoice_runtime import guard_model, quiet_progress, use_soundfile_loader
+from pipeline.engines.cosyvoice_setup import (
+    device_plan,
+    import_cosyvoice,
+    inspect_model_dir,
+    model_class,
+)
+from pipeline.engines.cosyvoice_speakers import PROFILE_TENSORS, SpeakerSlots, speaker_id
 from pipeline.engines.device import DevicePlan, translate_oom
 from pipeline.engines.options import EngineOptions
 from pipeline.text import detect
@@ -61,64 +73,9 @@ log = logging.getLogger(__name__)
 
 MAX_REFERENCE_S = 30.0  # CosyVoice's speech tokenizer refuses longer prompts
 SPEAKER_SLOTS = 256  # voices kept in the model's speaker cache (a few hundred KiB each)
-# What frontend_zero_shot returns for a reference, less the per-call `text`/`text_len`.
-PROFILE_TENSORS = ("prompt_text", "prompt_text_len", "llm_prompt_speech_token",
-                   "llm_prompt_speech_token_len", "flow_prompt_speech_token",
-                   "flow_prompt_speech_token_len", "prompt_speech_feat",
-                   "prompt_speech_feat_len", "llm_embedding", "flow_embedding")
+PAUSE_S = 0.2  # what a sentence of punctuation only becomes
 
-
-def speaker_id(voice_id: str, sha256: str) -> str:
-    """The zero-shot speaker id of a (voice, reference): a new reference is a new speaker."""
-    return f"vf:{voice_id}:{sha256[:16]}"
-
-
-class _FreshEntries(dict[str, Any]):
-    """spk2info whose entries are read as shallow copies (see the module docstring)."""
-
-    def __getitem__(self, key: str) -> Any:
-        entry = super().__getitem__(key)
-        return dict(entry) if isinstance(entry, dict) else entry
-
-
-class _SpeakerSlots:
-    """Which voices sit in the model's speaker cache: least recently used goes first, never
-    one that a call in another thread is using."""
-
-    def __init__(self, table: dict[str, Any], capacity: int) -> None:
-        self._table = table
-        self._capacity = capacity
-        self._recent: OrderedDict[str, int] = OrderedDict()  # id -> calls using it
-        self._lock = threading.Lock()
-
-    def adopt(self, spk_id: str) -> None:
-        """Track an entry that add_zero_shot_spk put in the table."""
-        with self._lock:
-            self._recent[spk_id] = self._recent.get(spk_id, 0)
-            self._recent.move_to_end(spk_id)
-            self._evict()
-
-    @contextlib.contextmanager
-    def using(self, spk_id: str, build: Callable[[], dict[str, Any]]) -> Iterator[None]:
-        with self._lock:
-            if spk_id not in self._table:
-                self._table[spk_id] = build()
-            self._recent[spk_id] = self._recent.get(spk_id, 0) + 1
-            self._recent.move_to_end(spk_id)
-            self._evict()
-        try:
-            yield
-        finally:
-            with self._lock:
-                if spk_id in self._recent:
-                    self._recent[spk_id] -= 1
-
-    def _evict(self) -> None:
-        for spk_id in [k for k, users in self._recent.items() if users == 0]:
-            if len(self._recent) <= self._capacity:
-                break
-            del self._recent[spk_id]
-            self._table.pop(spk_id, None)
+__all__ = ["PROFILE_TENSORS", "CosyVoiceEngine", "speaker_id"]
 
 
 @contextlib.contextmanager
@@ -140,8 +97,10 @@ class CosyVoiceEngine:
     name = "cosyvoice"
 
     def __init__(self, *, model_dir: str, device: str = "auto", precision: str = "fp16",
-                 empty_cache: bool = False, speaker_slots: int = SPEAKER_SLOTS) -> None:
+                 empty_cache: bool = False, speaker_slots: int = SPEAKER_SLOTS,
+                 source: str = "") -> None:
         self._model_dir = model_dir
+        self._source = source
         self._device = device
         self._precision = precision
         self._empty_cache = empty_cache
@@ -150,13 +109,14 @@ class CosyVoiceEngine:
         self._plan: DevicePlan | None = None
         self._generation = 0
         self._sample_rate = 0
-        self._slots: _SpeakerSlots | None = None
+        self._slots: SpeakerSlots | None = None
         self._wav_prompts = True  # frontends since mid-2025 take a file, older ones a tensor
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> CosyVoiceEngine:
         return cls(model_dir=options.cosyvoice_model_dir, device=options.device,
-                   precision=options.precision, empty_cache=options.empty_cache)
+                   precision=options.precision, empty_cache=options.empty_cache,
+                   source=options.cosyvoice_source)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -164,26 +124,33 @@ class CosyVoiceEngine:
             languages=LANGUAGES_V3 if self._generation >= 3 else LANGUAGES_V2,
             modes=("zero_shot", "cross_lingual", "instruct"),
             batching=False,  # every inference_* call takes one text
-            # The API streams (stream=True yields chunks); the adapter asks for whole clips
-            # because the pipeline stores whole objects.
-            streaming=True,
+            streaming=True,  # synthesize_stream
             cloning="timbre + prosody from a 3-s reference (zero-shot speaker prompt)")
 
     @property
     def generation(self) -> int:
         return self._generation
 
+    @property
+    def sample_rate(self) -> int:
+        return self._sample_rate
+
     # -- start-up -------------------------------------------------------------------------
 
     def load(self) -> None:
         layout = inspect_model_dir(self._model_dir)
-        cls = model_class(import_cosyvoice(), layout)
-        plan = self._device_plan()
+        module = import_cosyvoice(self._source)
+        cls = model_class(module, layout)
+        plan = device_plan(self._device, self._precision, empty_cache=self._empty_cache)
         log.info("loading %s from %s (%s, %s)", layout.class_name, layout.path, plan.device,
                  plan.precision)
+        # Upstream calls the deprecated torch.cuda.amp.autocast on every call.
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"cosyvoice\.")
         try:
             # Only keyword arguments both generations take: CosyVoice3 has no load_jit.
-            model = cls(str(layout.path), fp16=plan.precision == "fp16")
+            with warnings.catch_warnings():  # deprecations in upstream's dependencies
+                warnings.simplefilter("ignore", FutureWarning)
+                model = cls(str(layout.path), fp16=plan.precision == "fp16")
         except Exception as exc:
             raise EngineUnavailable(f"CosyVoice failed to load {layout.path}: "
                                     f"{type(exc).__name__}: {exc}") from exc
@@ -191,39 +158,35 @@ class CosyVoiceEngine:
         if not callable(getattr(frontend, "_extract_text_token", None)):
             raise EngineUnavailable(f"{layout.class_name}.frontend has no _extract_text_token; "
                                     "this CosyVoice version is not supported")
-        frontend.spk2info = _FreshEntries(getattr(frontend, "spk2info", None) or {})
+        try:
+            guard_model(model)
+        except (AttributeError, TypeError) as exc:
+            raise EngineUnavailable(f"{layout.class_name}.model: {exc}; this CosyVoice "
+                                    "version is not supported") from exc
+        frontend_module = importlib.import_module(type(frontend).__module__)
+        if hasattr(frontend_module, "load_wav"):
+            use_soundfile_loader(frontend_module)
+        quiet_progress(module)
+        if getattr(frontend, "text_frontend", None) == "":  # upstream's bare except left none
+            log.warning("CosyVoice has no text normaliser (ttsfrd or wetext 0.1.8 importable): "
+                        "reference transcripts are used as written")
         params = list(inspect.signature(model.add_zero_shot_spk).parameters)
         self._wav_prompts = "prompt_speech_16k" not in params
         self._model, self._plan = model, plan
         self._generation, self._sample_rate = layout.generation, int(model.sample_rate)
-        self._slots = _SpeakerSlots(frontend.spk2info, self._speaker_slots)
+        self._slots = SpeakerSlots(frontend.spk2info, self._speaker_slots)
 
-    def _device_plan(self) -> DevicePlan:
-        if self._precision == "bf16":
-            raise EngineUnavailable("VF_PRECISION=bf16: CosyVoice runs in fp32 or fp16 "
-                                    "(its fp16 switch); use fp16 on a GPU")
-        try:
-            plan = DevicePlan.resolve(self._device, self._precision,
-                                      empty_cache=self._empty_cache)
-        except ValueError as exc:
-            raise EngineUnavailable(str(exc)) from exc
-        import torch
-
-        # CosyVoice places its models itself: on the first visible GPU whenever CUDA is up.
-        if plan.device.startswith("cuda") and plan.device not in ("cuda", "cuda:0"):
-            raise EngineUnavailable(f"VF_DEVICE={plan.device}: CosyVoice always uses the first "
-                                    "visible GPU; pick the GPU with CUDA_VISIBLE_DEVICES and "
-                                    "set VF_DEVICE=cuda:0")
-        if plan.device == "cpu" and torch.cuda.is_available():
-            raise EngineUnavailable("VF_DEVICE=cpu, but CosyVoice puts its models on the GPU "
-                                    "whenever CUDA is visible; set VF_DEVICE=auto (or "
-                                    "cuda:0), or hide the GPUs with CUDA_VISIBLE_DEVICES=''")
-        return plan
-
-    def _loaded(self) -> tuple[Any, DevicePlan, _SpeakerSlots]:
+    def _loaded(self) -> tuple[Any, DevicePlan, SpeakerSlots]:
         if self._model is None or self._plan is None or self._slots is None:
             raise RuntimeError("CosyVoiceEngine.load() must run before profile/synthesize")
         return self._model, self._plan, self._slots
+
+    @contextlib.contextmanager
+    def _running(self, plan: DevicePlan) -> Iterator[None]:
+        # No autocast of ours: upstream's fp16 switch autocasts the LLM (in its own thread,
+        # which a caller's autocast never reaches) and the flow, and keeps HiFT in fp32.
+        with plan.inference(autocast=False):
+            yield
 
     # -- voices ---------------------------------------------------------------------------
 
@@ -235,16 +198,11 @@ class CosyVoiceEngine:
                                     f"reference too long for CosyVoice: "
                                     f"{reference.duration_s:.1f} s, its speech tokenizer takes "
                                     f"<= {MAX_REFERENCE_S:.0f} s", retryable=False)
-        transcript = (prompt_text or "").strip()
+        transcript = self._normalised_transcript(model, (prompt_text or "").strip())
         spk_id = speaker_id(voice_id, sha256)
         try:
             with _engine_errors(f"computing the profile of voice {voice_id!r}"), \
-                    plan.inference():
-                if transcript:
-                    # As inference_zero_shot does to a prompt text it is given.
-                    normalised = model.frontend.text_normalize(transcript, split=False)
-                    transcript = "".join(normalised) if isinstance(normalised, list) \
-                        else normalised
+                    self._running(plan):
                 with self._prompt_speech(reference) as speech:
                     model.add_zero_shot_spk(model_prompt_text(transcript, self._generation),
                                             speech, spk_id)
@@ -263,6 +221,20 @@ class CosyVoiceEngine:
             tensors={key: _to_numpy(entry[key]) for key in PROFILE_TENSORS},
             text={"prompt_text": (prompt_text or "").strip(),
                   "language": detect(transcript) if transcript else ""})
+
+    @staticmethod
+    def _normalised_transcript(model: Any, transcript: str) -> str:
+        """The transcript as inference_zero_shot normalises a prompt text it is given; as
+        written where upstream's normaliser cannot read it."""
+        if not transcript:
+            return transcript
+        try:
+            normalised = model.frontend.text_normalize(transcript, split=False)
+        except Exception as exc:
+            log.warning("CosyVoice's text normaliser failed on a reference transcript "
+                        "(%s: %s); using it as written", type(exc).__name__, exc)
+            return transcript
+        return "".join(normalised) if isinstance(normalised, list) else str(normalised)
 
     @contextlib.contextmanager
     def _prompt_speech(self, reference: Audio) -> Iterator[Any]:
@@ -294,6 +266,40 @@ class CosyVoiceEngine:
         finally:
             plan.after_batch()
 
+    def synthesize_stream(self, profile: Profile,
+                          item: SynthesisItem) -> Generator[Samples, None, None]:
+        """One item through upstream's stream=True path: float32 mono arrays at
+        `sample_rate`, in order, as upstream yields them. Close the iterator (or run it out)
+        to release the voice's speaker slot. Thread-safe: each call has its own streaming
+        state (cosyvoice_runtime). Upstream changes speed only for whole clips, so
+        `item.speed` must be 1.0."""
+        model, plan, slots = self._loaded()
+        self._check_profile(profile)
+        if item.speed != 1.0:
+            raise VoiceFactoryError(ErrorCode.INVALID_REQUEST,
+                                    f"CosyVoice streams at speed 1.0 only, got {item.speed}",
+                                    retryable=False)
+        call = self._plan_call(profile, item)
+        if nothing_to_say(model_text(item.text, self._generation)):
+            yield _silence(self._sample_rate)
+            return
+        spk_id = speaker_id(profile.voice_id, profile.sha256)
+        what = f"streaming a {call.mode} item of voice {profile.voice_id!r}"
+        try:
+            with slots.using(spk_id, lambda: self._on_device(profile.tensors)):
+                chunks = self._chunks(model, profile, spk_id, call, stream=True, speed=1.0)
+                try:
+                    while True:
+                        with _engine_errors(what), self._running(plan):
+                            chunk = next(chunks, None)
+                        if chunk is None:
+                            return
+                        yield _chunk_samples(chunk)
+                finally:
+                    chunks.close()
+        finally:
+            plan.after_batch()
+
     def _check_profile(self, profile: Profile) -> None:
         generation = int(profile.features.get("cosyvoice_generation", 0))
         if profile.engine != self.name or generation != self._generation:
@@ -315,43 +321,55 @@ class CosyVoiceEngine:
         # torch.tensor copies: arrays loaded from safetensors may be read-only.
         return {key: torch.tensor(tensors[key]).to(device) for key in PROFILE_TENSORS}
 
-    def _one(self, model: Any, plan: DevicePlan, profile: Profile, spk_id: str,
-             item: SynthesisItem) -> Synthesized:
-        call = plan_call(item, voice_language=profile.text.get("language", ""),
+    def _plan_call(self, profile: Profile, item: SynthesisItem) -> Call:
+        return plan_call(item, voice_language=profile.text.get("language", ""),
                          has_transcript=bool(profile.text.get("prompt_text")),
                          generation=self._generation)
-        log.debug("voice %s: %s in %s", profile.voice_id, call.mode, call.language)
+
+    def _one(self, model: Any, plan: DevicePlan, profile: Profile, spk_id: str,
+             item: SynthesisItem) -> Synthesized:
+        call = self._plan_call(profile, item)
+        if nothing_to_say(model_text(item.text, self._generation)):
+            # Upstream drops such a sentence and returns no audio: a pause, not an error.
+            return Synthesized(audio=Audio(samples=_silence(self._sample_rate),
+                                           sample_rate=self._sample_rate),
+                               language=call.language)
         with _engine_errors(f"on a {call.mode} item of voice {profile.voice_id!r}"), \
-                plan.inference():
-            if call.mode == "zero_shot":
-                transcript = model_prompt_text(profile.text["prompt_text"], self._generation)
-                chunks = model.inference_zero_shot(call.text, transcript, "",
-                                                   zero_shot_spk_id=spk_id, stream=False,
-                                                   speed=item.speed)
-                samples = _concatenate(chunks)
-            elif call.mode == "cross_lingual":
-                chunks = model.inference_cross_lingual(call.text, "", zero_shot_spk_id=spk_id,
-                                                       stream=False, speed=item.speed)
-                samples = _concatenate(chunks)
-            else:
-                samples = self._instruct(model, spk_id, call, item.speed)
+                self._running(plan):
+            samples = _concatenate(self._chunks(model, profile, spk_id, call, stream=False,
+                                                speed=item.speed))
         return Synthesized(audio=Audio(samples=samples, sample_rate=self._sample_rate),
                            language=call.language)
 
-    def _instruct(self, model: Any, spk_id: str, call: Call, speed: float) -> Samples:
+    def _chunks(self, model: Any, profile: Profile, spk_id: str, call: Call, *,
+                stream: bool, speed: float) -> Generator[Mapping[str, Any], None, None]:
+        """Upstream's chunks for one call. text_frontend=False throughout: the text comes
+        from our front-end, normalised and split, and upstream's normaliser breaks
+        pronunciation annotations."""
+        options = {"stream": stream, "speed": speed, "text_frontend": False}
+        if call.mode == "zero_shot":
+            transcript = model_prompt_text(profile.text["prompt_text"], self._generation)
+            yield from model.inference_zero_shot(call.text, transcript, "",
+                                                 zero_shot_spk_id=spk_id, **options)
+        elif call.mode == "cross_lingual":
+            yield from model.inference_cross_lingual(call.text, "", zero_shot_spk_id=spk_id,
+                                                     **options)
+        else:
+            yield from self._instruct(model, spk_id, call, options)
+
+    def _instruct(self, model: Any, spk_id: str, call: Call,
+                  options: dict[str, Any]) -> Generator[Mapping[str, Any], None, None]:
         # A per-call speaker entry: the voice's prompt speech, the instruction as prompt
         # text (what instruct2 computes itself when it is given a wav instead of an id).
         table = model.frontend.spk2info
-        entry = table[spk_id]
+        entry = dict(table[spk_id])
         entry["prompt_text"], entry["prompt_text_len"] = \
             model.frontend._extract_text_token(call.instruction)
         call_id = f"{spk_id}:instruct:{uuid.uuid4().hex[:12]}"
         table[call_id] = entry
         try:
-            chunks = model.inference_instruct2(call.text, call.instruction, "",
-                                               zero_shot_spk_id=call_id, stream=False,
-                                               speed=speed)
-            return _concatenate(chunks)
+            yield from model.inference_instruct2(call.text, call.instruction, "",
+                                                 zero_shot_spk_id=call_id, **options)
         finally:
             table.pop(call_id, None)
 
@@ -362,10 +380,20 @@ def _to_numpy(value: Any) -> np.ndarray:
     return np.ascontiguousarray(value)
 
 
+def _silence(rate: int) -> Samples:
+    return np.zeros(int(PAUSE_S * rate), np.float32)
+
+
+def _chunk_samples(chunk: Mapping[str, Any]) -> Samples:
+    samples: Samples = np.clip(_to_numpy(chunk["tts_speech"]).astype(np.float32).reshape(-1),
+                               -1.0, 1.0)
+    return samples
+
+
 def _concatenate(chunks: Iterable[Mapping[str, Any]]) -> Samples:
-    pieces = [_to_numpy(chunk["tts_speech"]).astype(np.float32).reshape(-1) for chunk in chunks]
+    pieces = [_chunk_samples(chunk) for chunk in chunks]
     if not pieces or not sum(len(p) for p in pieces):
         raise VoiceFactoryError(ErrorCode.ENGINE_ERROR, "CosyVoice returned no audio",
                                 retryable=True)
-    samples: Samples = np.clip(np.concatenate(pieces), -1.0, 1.0)
+    samples: Samples = np.concatenate(pieces)
     return samples

@@ -1,8 +1,10 @@
 """Start-up checks for the CosyVoice engine: model directory, package import, API version.
 
 VF_COSYVOICE_MODEL_DIR -> `inspect_model_dir` (which generation, which files are missing)
--> `import_cosyvoice` (FunAudioLLM's repository on PYTHONPATH, with Matcha-TTS) ->
-`check_api` (the model class takes a zero-shot speaker id everywhere the adapter uses one).
+-> `import_cosyvoice` (FunAudioLLM's repository from VF_COSYVOICE_SOURCE or PYTHONPATH, with
+Matcha-TTS; upstream's import-time logging set-up undone, transformers' own stderr handler and
+progress bars off so log lines stay JSON) -> `model_class` (the model class takes a zero-shot
+speaker id everywhere the adapter uses one).
 Each failure is an `EngineUnavailable` naming what is wrong and how to fix it, raised before
 any weights are read. Nothing here downloads: CosyVoice's own constructors fall back to a
 ModelScope download when the directory does not exist, so the adapter only ever hands them
@@ -13,15 +15,20 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 from pipeline.engines.base import EngineUnavailable
+from pipeline.engines.cosyvoice_runtime import restore_root_logger
+from pipeline.engines.device import DevicePlan
 
 INSTALL_HINT = ("git clone --recursive https://github.com/FunAudioLLM/CosyVoice, "
-                "pip install -r CosyVoice/requirements.txt, and put the clone and its "
-                "third_party/Matcha-TTS on PYTHONPATH (docs/cosyvoice.md)")
+                "pip install 'voicefactory[cosyvoice]', and set VF_COSYVOICE_SOURCE to the "
+                "clone (or put it and its third_party/Matcha-TTS on PYTHONPATH); "
+                "docs/cosyvoice.md")
 
 # Files every CosyVoice 2/3 directory holds (CosyVoice-BlankEN is the Qwen tokenizer and
 # LLM config folder); llm.rl.pt, spk2info.pt and the jit/TensorRT exports are optional.
@@ -74,29 +81,73 @@ def inspect_model_dir(model_dir: str) -> ModelLayout:
     return ModelLayout(path, generation, class_name, config)
 
 
-def import_cosyvoice() -> ModuleType:
-    """`cosyvoice.cli.cosyvoice`, or a message saying which part of the install is missing."""
+def source_paths(source: str) -> list[Path]:
+    """The folders to import CosyVoice and Matcha-TTS from, for a VF_COSYVOICE_SOURCE that is
+    either a CosyVoice clone (Matcha-TTS in its third_party/) or a folder holding `CosyVoice/`
+    and `Matcha-TTS/` side by side."""
+    root = Path(source).expanduser()
+    if (root / "cosyvoice" / "cli").is_dir():
+        return [root, root / "third_party" / "Matcha-TTS"]
+    if (root / "CosyVoice" / "cosyvoice" / "cli").is_dir():
+        return [root / "CosyVoice", root / "Matcha-TTS"]
+    raise EngineUnavailable(f"VF_COSYVOICE_SOURCE={source} holds neither a CosyVoice clone "
+                            "(cosyvoice/cli/) nor CosyVoice/ and Matcha-TTS/ folders")
+
+
+def import_cosyvoice(source: str = "") -> ModuleType:
+    """`cosyvoice.cli.cosyvoice`, or a message saying which part of the install is missing.
+
+    `source` (VF_COSYVOICE_SOURCE) puts an upstream checkout on sys.path; empty means it must
+    already be importable (PYTHONPATH)."""
+    if source.strip():
+        for path in reversed(source_paths(source)):
+            if str(path) not in sys.path:
+                sys.path.insert(0, str(path))
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     try:
-        return importlib.import_module("cosyvoice.cli.cosyvoice")
+        module = importlib.import_module("cosyvoice.cli.cosyvoice")
     except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing == "cosyvoice":
-            raise EngineUnavailable("the cosyvoice package is not importable (it is not on "
-                                    f"PyPI): {INSTALL_HINT}") from exc
-        if missing.startswith("cosyvoice."):
-            raise EngineUnavailable(f"a `cosyvoice` package is importable but has no "
-                                    f"{missing}: it is not FunAudioLLM's CosyVoice; "
-                                    f"{INSTALL_HINT}") from exc
-        if missing.split(".")[0] == "matcha":
-            raise EngineUnavailable(
-                "CosyVoice imports `matcha` from its third_party/Matcha-TTS submodule: add "
-                "<clone>/third_party/Matcha-TTS to PYTHONPATH (run `git submodule update "
-                "--init` in the clone if that folder is empty)") from exc
-        raise EngineUnavailable(f"CosyVoice is on the path but its dependency "
-                                f"{missing.split('.')[0]!r} is missing: pip install -r "
-                                "<clone>/requirements.txt") from exc
+        raise _missing(exc) from exc
     except ImportError as exc:
         raise EngineUnavailable(f"importing cosyvoice.cli.cosyvoice failed: {exc}") from exc
+    finally:
+        # cosyvoice.utils.file_utils calls logging.basicConfig(level=DEBUG) on import.
+        restore_root_logger(handlers, level)
+    _quiet_transformers()
+    return module
+
+
+def _missing(exc: ModuleNotFoundError) -> EngineUnavailable:
+    missing = exc.name or ""
+    if missing == "cosyvoice":
+        return EngineUnavailable("the cosyvoice package is not importable (FunAudioLLM's "
+                                 "CosyVoice is a repository, not a PyPI package; PyPI's "
+                                 f"`cosyvoice` is an unrelated wrapper): {INSTALL_HINT}")
+    if missing.startswith("cosyvoice."):
+        return EngineUnavailable(f"a `cosyvoice` package is importable but has no "
+                                 f"{missing}: it is not FunAudioLLM's CosyVoice; "
+                                 f"{INSTALL_HINT}")
+    if missing.split(".")[0] == "matcha":
+        return EngineUnavailable(
+            "CosyVoice imports `matcha` from its third_party/Matcha-TTS submodule: add "
+            "<clone>/third_party/Matcha-TTS to PYTHONPATH or set VF_COSYVOICE_SOURCE (run "
+            "`git submodule update --init` in the clone if that folder is empty)")
+    return EngineUnavailable(f"CosyVoice is on the path but its dependency "
+                             f"{missing.split('.')[0]!r} is missing: pip install "
+                             "'voicefactory[cosyvoice]' (docs/cosyvoice.md)")
+
+
+def _quiet_transformers() -> None:
+    """transformers logs through its own stderr handler and draws progress bars when it loads
+    the Qwen LLM; route its records to the root logger (JSON in the worker) instead."""
+    try:
+        hf_logging = importlib.import_module("transformers.utils.logging")
+    except ImportError:
+        return
+    hf_logging.disable_default_handler()
+    hf_logging.enable_propagation()
+    hf_logging.disable_progress_bar()
 
 
 # The adapter feeds every call from the zero-shot speaker cache, so each of these methods must
@@ -122,3 +173,26 @@ def model_class(module: ModuleType, layout: ModelLayout) -> type:
                 f"{layout.class_name}.{method} takes no zero_shot_spk_id; update the clone "
                 "(git pull) to a 2025 release or later")
     return cls
+
+
+def device_plan(device: str, precision: str, *, empty_cache: bool) -> DevicePlan:
+    """VF_DEVICE/VF_PRECISION as CosyVoice can honour them, or why not."""
+    if precision == "bf16":
+        raise EngineUnavailable("VF_PRECISION=bf16: CosyVoice runs in fp32 or fp16 "
+                                "(its fp16 switch); use fp16 on a GPU")
+    try:
+        plan = DevicePlan.resolve(device, precision, empty_cache=empty_cache)
+    except ValueError as exc:
+        raise EngineUnavailable(str(exc)) from exc
+    import torch
+
+    # CosyVoice places its models itself: on the first visible GPU whenever CUDA is up.
+    if plan.device.startswith("cuda") and plan.device not in ("cuda", "cuda:0"):
+        raise EngineUnavailable(f"VF_DEVICE={plan.device}: CosyVoice always uses the first "
+                                "visible GPU; pick the GPU with CUDA_VISIBLE_DEVICES and "
+                                "set VF_DEVICE=cuda:0")
+    if plan.device == "cpu" and torch.cuda.is_available():
+        raise EngineUnavailable("VF_DEVICE=cpu, but CosyVoice puts its models on the GPU "
+                                "whenever CUDA is visible; set VF_DEVICE=auto (or "
+                                "cuda:0), or hide the GPUs with CUDA_VISIBLE_DEVICES=''")
+    return plan

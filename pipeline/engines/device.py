@@ -1,7 +1,8 @@
 """Device and precision handling for torch engines (CosyVoice), torch imported lazily.
 
 `EngineOptions` (`VF_DEVICE`, `VF_PRECISION`, `VF_EMPTY_CACHE`) -> `DevicePlan` at engine load ->
-`plan.inference()` around every batch (torch.inference_mode, autocast for fp16/bf16 on CUDA)
+`plan.inference()` around every batch (torch.inference_mode, autocast for fp16/bf16 on CUDA
+unless the engine asks for none)
 -> `plan.after_batch()` (optional `torch.cuda.empty_cache()`). Out-of-memory errors from
 torch become `EngineOutOfMemory`, which the processor answers by splitting the batch.
 The espeak and bench engines need none of this, so torch is never imported for them.
@@ -61,10 +62,13 @@ class DevicePlan:
             self.precision]
 
     @contextlib.contextmanager
-    def inference(self) -> Iterator[None]:
+    def inference(self, *, autocast: bool = True) -> Iterator[None]:
+        """torch.inference_mode, and autocast to the plan's dtype on CUDA unless the engine
+        casts itself (`autocast=False`: CosyVoice). Both are per thread: work an engine runs
+        in threads of its own is not covered."""
         torch = _torch()
         with torch.inference_mode():
-            if self.precision == "fp32" or not self.device.startswith("cuda"):
+            if not autocast or self.precision == "fp32" or not self.device.startswith("cuda"):
                 yield
                 return
             with torch.autocast(device_type="cuda", dtype=self.dtype):

@@ -1,16 +1,18 @@
 """The CosyVoice adapter against a recording fake of FunAudioLLM's `cosyvoice` package.
 
-CosyVoice itself cannot run here (its weights cannot be downloaded on these machines), so
-these tests check our side of the API: the fake mirrors the signatures and frontend
-behaviour of the current upstream classes (CosyVoice2, CosyVoice3; including the frontend
-that hands out its cached speaker by reference and deletes keys from it), and records every
-call. The start-up errors are checked with their exact messages.
+These tests check our side of the API call by call, fast and without upstream's source: the
+fake mirrors the signatures and frontend behaviour of the current upstream classes
+(CosyVoice2, CosyVoice3, their `model.tts` entry point; a frontend that copies a cached
+speaker before deleting keys from it, as upstream does since 3b44913), and records every
+call. The start-up errors are checked with their exact messages. tests/cosyvoice drives the
+same adapter through upstream's real code with tiny random-weight models.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,7 +66,7 @@ class FakeFrontend:
     def text_normalize(self, text: str, split: bool = True,
                        text_frontend: bool = True) -> str | list[str]:
         self.log.append(("text_normalize", text))
-        if "<|" in text and "|>" in text:  # upstream leaves marked-up text alone
+        if not text_frontend or ("<|" in text and "|>" in text):  # left alone, as upstream
             return [text] if split else text
         out = text.replace("2", "二")  # a visible normalisation
         return [s.strip() for s in re.findall(r"[^。.!?]+[。.!?]?", out) if s.strip()] \
@@ -98,7 +100,7 @@ class FakeFrontend:
         if zero_shot_spk_id == "":
             model_input = self._from_wav(prompt_text, prompt_wav)
         else:
-            model_input = self.spk2info[zero_shot_spk_id]  # by reference, as upstream
+            model_input = {**self.spk2info[zero_shot_spk_id]}  # a copy, as upstream
         model_input["text"], model_input["text_len"] = _tokens(tts_text)
         return model_input
 
@@ -120,6 +122,33 @@ class FakeFrontend:
         return model_input
 
 
+class FakeModel:
+    """CosyVoice2Model's entry points the adapter wraps: tts (per call) and llm_job."""
+
+    def __init__(self, owner: FakeCosyVoice2) -> None:
+        self.owner = owner
+        self.token_hop_len = 25
+        self.lock = threading.Lock()  # guards upstream's per-call dicts
+        self.tts_speech_token_dict: dict[str, Any] = {}
+        self.llm_end_dict: dict[str, bool] = {}
+        self.hift_cache_dict: dict[str, Any] = {}
+
+    def llm_job(self, *args: Any) -> None:
+        raise AssertionError("the fake runs no LLM thread")
+
+    def tts(self, stream: bool = False, speed: float = 1.0,
+            **model_input: Any) -> Iterator[dict[str, Any]]:
+        self.owner.model_inputs.append(dict(model_input))
+        self.owner.log.append(("tts", {"stream": stream, "speed": speed}))
+        if FakeCosyVoice2.fail_with is not None:
+            raise FakeCosyVoice2.fail_with
+        if FakeCosyVoice2.silent:
+            return
+        # Two chunks a sentence: 0.1 s at +0.25, then 0.05 s / speed at -0.5.
+        yield {"tts_speech": torch.full((1, 2400), 0.25)}
+        yield {"tts_speech": torch.full((1, int(1200 / speed)), -0.5)}
+
+
 class FakeCosyVoice2:
     """cosyvoice.cli.cosyvoice.CosyVoice2 with upstream's signatures; records its calls."""
 
@@ -133,6 +162,7 @@ class FakeCosyVoice2:
                                                      "load_trt": load_trt})]
         self.sample_rate = RATE
         self.frontend = FakeFrontend(self.log)
+        self.model = FakeModel(self)
         self.model_inputs: list[dict[str, Any]] = []
         FakeCosyVoice2.instances.append(self)
 
@@ -146,15 +176,6 @@ class FakeCosyVoice2:
         self.frontend.spk2info[zero_shot_spk_id] = model_input
         return True
 
-    def _tts(self, model_input: dict[str, Any], speed: float) -> Iterator[dict[str, Any]]:
-        self.model_inputs.append(dict(model_input))
-        if FakeCosyVoice2.fail_with is not None:
-            raise FakeCosyVoice2.fail_with
-        if FakeCosyVoice2.silent:
-            return
-        # Two chunks a sentence: 0.1 s at +0.25, then 0.05 s / speed at -0.5.
-        yield {"tts_speech": torch.full((1, 2400), 0.25)}
-        yield {"tts_speech": torch.full((1, int(1200 / speed)), -0.5)}
 
     def inference_zero_shot(self, tts_text: str, prompt_text: str, prompt_wav: Any,
                             zero_shot_spk_id: str = "", stream: bool = False,
@@ -162,10 +183,12 @@ class FakeCosyVoice2:
                             text_frontend: bool = True) -> Iterator[dict[str, Any]]:
         self.log.append(("inference_zero_shot", {
             "tts_text": tts_text, "prompt_text": prompt_text, "prompt_wav": prompt_wav,
-            "zero_shot_spk_id": zero_shot_spk_id, "stream": stream, "speed": speed}))
-        for sentence in self.frontend.text_normalize(tts_text, split=True):
-            yield from self._tts(self.frontend.frontend_zero_shot(
-                sentence, prompt_text, prompt_wav, self.sample_rate, zero_shot_spk_id), speed)
+            "zero_shot_spk_id": zero_shot_spk_id, "stream": stream, "speed": speed,
+            "text_frontend": text_frontend}))
+        for sentence in self.frontend.text_normalize(tts_text, True, text_frontend):
+            yield from self.model.tts(**self.frontend.frontend_zero_shot(
+                sentence, prompt_text, prompt_wav, self.sample_rate, zero_shot_spk_id),
+                stream=stream, speed=speed)
 
     def inference_cross_lingual(self, tts_text: str, prompt_wav: Any,
                                 zero_shot_spk_id: str = "", stream: bool = False,
@@ -173,10 +196,12 @@ class FakeCosyVoice2:
                                 text_frontend: bool = True) -> Iterator[dict[str, Any]]:
         self.log.append(("inference_cross_lingual", {
             "tts_text": tts_text, "prompt_wav": prompt_wav,
-            "zero_shot_spk_id": zero_shot_spk_id, "stream": stream, "speed": speed}))
-        for sentence in self.frontend.text_normalize(tts_text, split=True):
-            yield from self._tts(self.frontend.frontend_cross_lingual(
-                sentence, prompt_wav, self.sample_rate, zero_shot_spk_id), speed)
+            "zero_shot_spk_id": zero_shot_spk_id, "stream": stream, "speed": speed,
+            "text_frontend": text_frontend}))
+        for sentence in self.frontend.text_normalize(tts_text, True, text_frontend):
+            yield from self.model.tts(**self.frontend.frontend_cross_lingual(
+                sentence, prompt_wav, self.sample_rate, zero_shot_spk_id),
+                stream=stream, speed=speed)
 
     def inference_instruct2(self, tts_text: str, instruct_text: str, prompt_wav: Any,
                             zero_shot_spk_id: str = "", stream: bool = False,
@@ -184,11 +209,12 @@ class FakeCosyVoice2:
                             text_frontend: bool = True) -> Iterator[dict[str, Any]]:
         self.log.append(("inference_instruct2", {
             "tts_text": tts_text, "instruct_text": instruct_text, "prompt_wav": prompt_wav,
-            "zero_shot_spk_id": zero_shot_spk_id, "stream": stream, "speed": speed}))
-        for sentence in self.frontend.text_normalize(tts_text, split=True):
-            yield from self._tts(self.frontend.frontend_instruct2(
+            "zero_shot_spk_id": zero_shot_spk_id, "stream": stream, "speed": speed,
+            "text_frontend": text_frontend}))
+        for sentence in self.frontend.text_normalize(tts_text, True, text_frontend):
+            yield from self.model.tts(**self.frontend.frontend_instruct2(
                 sentence, instruct_text, prompt_wav, self.sample_rate, zero_shot_spk_id),
-                speed)
+                stream=stream, speed=speed)
 
     def calls(self, name: str) -> list[Any]:
         return [args for call, args in self.log if call == name]
@@ -225,6 +251,15 @@ def _install(monkeypatch: pytest.MonkeyPatch, **classes: type) -> None:
     monkeypatch.setitem(sys.modules, "cosyvoice", types.ModuleType("cosyvoice"))
     monkeypatch.setitem(sys.modules, "cosyvoice.cli", types.ModuleType("cosyvoice.cli"))
     monkeypatch.setitem(sys.modules, "cosyvoice.cli.cosyvoice", module)
+
+
+def _hide_real_cosyvoice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `cosyvoice` unimportable for one test, also where the real-code tests have put
+    upstream's source on sys.path earlier in the session."""
+    for name in [n for n in sys.modules if n.split(".")[0] in ("cosyvoice", "matcha")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not (
+        (Path(p) / "cosyvoice").is_dir() or (Path(p) / "matcha").is_dir())])
 
 
 @pytest.fixture(autouse=True)
@@ -317,15 +352,16 @@ def test_missing_files_are_named(tmp_path: Path, generation: int, drop: tuple[st
 
 def test_missing_package_says_how_to_install(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("cosyvoice", "cosyvoice.cli", "cosyvoice.cli.cosyvoice"):
-        monkeypatch.delitem(sys.modules, name)  # the real package is not installed here
+    _hide_real_cosyvoice(monkeypatch)
     root = model_dir(tmp_path)
     with pytest.raises(EngineUnavailable) as err:
         CosyVoiceEngine(model_dir=str(root)).load()
     assert str(err.value) == (
-        "the cosyvoice package is not importable (it is not on PyPI): git clone --recursive "
-        "https://github.com/FunAudioLLM/CosyVoice, pip install -r CosyVoice/requirements.txt, "
-        "and put the clone and its third_party/Matcha-TTS on PYTHONPATH (docs/cosyvoice.md)")
+        "the cosyvoice package is not importable (FunAudioLLM's CosyVoice is a repository, "
+        "not a PyPI package; PyPI's `cosyvoice` is an unrelated wrapper): git clone "
+        "--recursive https://github.com/FunAudioLLM/CosyVoice, pip install "
+        "'voicefactory[cosyvoice]', and set VF_COSYVOICE_SOURCE to the clone (or put it and "
+        "its third_party/Matcha-TTS on PYTHONPATH); docs/cosyvoice.md")
     # Some other `cosyvoice` (a module, not FunAudioLLM's package) is named as such.
     monkeypatch.setitem(sys.modules, "cosyvoice", types.ModuleType("cosyvoice"))
     with pytest.raises(EngineUnavailable, match=r"a `cosyvoice` package is importable but "
@@ -335,15 +371,16 @@ def test_missing_package_says_how_to_install(tmp_path: Path,
 
 @pytest.mark.parametrize(("imports", "message"), [
     ("import matcha.models.components", "CosyVoice imports `matcha` from its "
-     "third_party/Matcha-TTS submodule: add <clone>/third_party/Matcha-TTS to PYTHONPATH "
-     "(run `git submodule update --init` in the clone if that folder is empty)"),
+     "third_party/Matcha-TTS submodule: add <clone>/third_party/Matcha-TTS to PYTHONPATH or "
+     "set VF_COSYVOICE_SOURCE (run `git submodule update --init` in the clone if that folder "
+     "is empty)"),
     ("import hyperpyyaml_not_installed", "CosyVoice is on the path but its dependency "
-     "'hyperpyyaml_not_installed' is missing: pip install -r <clone>/requirements.txt"),
+     "'hyperpyyaml_not_installed' is missing: pip install 'voicefactory[cosyvoice]' "
+     "(docs/cosyvoice.md)"),
 ])
 def test_a_clone_with_missing_parts_names_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                imports: str, message: str) -> None:
-    for name in ("cosyvoice", "cosyvoice.cli", "cosyvoice.cli.cosyvoice"):
-        monkeypatch.delitem(sys.modules, name)
+    _hide_real_cosyvoice(monkeypatch)
     clone = tmp_path / "clone" / "cosyvoice" / "cli"
     clone.mkdir(parents=True)
     (clone.parent / "__init__.py").write_text("")
@@ -499,18 +536,20 @@ def test_zero_shot_call_and_concatenated_chunks(tmp_path: Path) -> None:
     profile = make_profile(engine)
     [out] = engine.synthesize(profile, [SynthesisItem("今天天气很好。明天下雨。", "zh-CN", 1.25)])
     model = model_of(engine)
+    # text_frontend=False: our front-end has normalised and split the text already.
     assert model.calls("inference_zero_shot") == [{
         "tts_text": "今天天气很好。明天下雨。", "prompt_text": V3_PREFIX + TRANSCRIPT,
         "prompt_wav": "", "zero_shot_spk_id": "vf:alice:abababababababab", "stream": False,
-        "speed": 1.25}]
+        "speed": 1.25, "text_frontend": False}]
+    assert model.calls("tts") == [{"stream": False, "speed": 1.25}]
     assert out.language == "zh"
     assert out.audio.sample_rate == RATE
-    # Two sentences, two chunks each, in order.
+    # One model call, its two chunks in order.
     chunk = np.concatenate([np.full(2400, 0.25), np.full(960, -0.5)]).astype(np.float32)
-    np.testing.assert_array_equal(out.audio.samples, np.concatenate([chunk, chunk]))
+    np.testing.assert_array_equal(out.audio.samples, chunk)
     assert out.audio.samples.dtype == np.float32
     assert [m["prompt_text"].shape[1] for m in model.model_inputs] == [
-        len(V3_PREFIX + TRANSCRIPT)] * 2
+        len(V3_PREFIX + TRANSCRIPT)]
 
 
 @pytest.mark.parametrize(("generation", "text"), [
@@ -522,7 +561,7 @@ def test_another_language_is_cross_lingual(tmp_path: Path, generation: int, text
     model = model_of(engine)
     assert model.calls("inference_cross_lingual") == [{
         "tts_text": text, "prompt_wav": "", "zero_shot_spk_id": "vf:alice:abababababababab",
-        "stream": False, "speed": 0.8}]
+        "stream": False, "speed": 0.8, "text_frontend": False}]
     assert out.language == "en"
     [model_input] = model.model_inputs
     assert "prompt_text" not in model_input and "llm_prompt_speech_token" not in model_input
@@ -551,7 +590,7 @@ def test_an_instruction_goes_to_instruct2_as_the_prompt_text(
     [call] = model.calls("inference_instruct2")
     assert {k: v for k, v in call.items() if k != "zero_shot_spk_id"} == {
         "tts_text": "今天天气很好。", "instruct_text": instruct_text, "prompt_wav": "",
-        "stream": False, "speed": 1.0}
+        "stream": False, "speed": 1.0, "text_frontend": False}
     assert call["zero_shot_spk_id"].startswith("vf:alice:abababababababab:instruct:")
     [model_input] = model.model_inputs
     # The instruction, not the voice's transcript, is what the LLM is prompted with.
@@ -587,14 +626,16 @@ def test_style_hints_become_an_instruction(tmp_path: Path, item: SynthesisItem,
 def test_the_cached_speaker_survives_cross_lingual_and_instruct_calls(tmp_path: Path) -> None:
     engine = loaded(tmp_path, 2)
     profile = make_profile(engine)
-    batch = [SynthesisItem("Good morning. See you later.", "en", 1.0),  # two sentences
+    batch = [SynthesisItem("Good morning.", "en", 1.0),
+             SynthesisItem("See you later.", "en", 1.0),
              SynthesisItem("今天天气很好。", "zh", 1.0, instruct="用四川话说这句话"),
              SynthesisItem("今天天气很好。", "zh", 1.0)]
     engine.synthesize(profile, batch)
     model = model_of(engine)
     assert len(model.model_inputs) == 4
     zero_shot = model.model_inputs[-1]
-    # Upstream's frontend deletes keys from the entry it is given; ours hands out copies.
+    # Cross-lingual and instruct2 delete keys from a copy of the cached entry (upstream since
+    # 3b44913; the adapter copies the entry it gives instruct2 itself).
     for key in PROFILE_TENSORS:
         np.testing.assert_array_equal(zero_shot[key].numpy(), profile.tensors[key])
     assert set(model.frontend.spk2info["vf:alice:abababababababab"]) == set(PROFILE_TENSORS)
