@@ -85,6 +85,8 @@ class EngineSettings:
     precision: str = var("VF_PRECISION", "fp32")
     empty_cache: bool = var("VF_EMPTY_CACHE", False)  # torch.cuda.empty_cache() after a batch
     cosyvoice_model_dir: str = var("VF_COSYVOICE_MODEL_DIR", "")  # local weights only
+    # upstream's source (a clone, or a folder with CosyVoice/ and Matcha-TTS/); empty: PYTHONPATH
+    cosyvoice_source: str = var("VF_COSYVOICE_SOURCE", "")
 
     def options(self) -> EngineOptions:
         """What the engine itself needs (pipeline/ reads no settings)."""
@@ -92,7 +94,8 @@ class EngineSettings:
 
         return EngineOptions(device=self.device, precision=self.precision,
                              empty_cache=self.empty_cache,
-                             cosyvoice_model_dir=self.cosyvoice_model_dir)
+                             cosyvoice_model_dir=self.cosyvoice_model_dir,
+                             cosyvoice_source=self.cosyvoice_source)
 
 
 @dataclass(frozen=True)

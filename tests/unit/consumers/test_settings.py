@@ -61,7 +61,8 @@ def test_every_variable_name_is_declared_once_and_kept() -> None:
             "VF_KAFKA_SASL_USERNAME", "VF_KAFKA_SASL_PASSWORD", "VF_TOPIC_PREFIX",
             "VF_S3_ENDPOINT", "VF_S3_ACCESS_KEY", "VF_S3_SECRET_KEY", "VF_S3_BUCKET",
             "VF_S3_REGION", "VF_PRESIGN_SECONDS", "VF_ENGINE", "VF_DEVICE", "VF_PRECISION",
-            "VF_EMPTY_CACHE", "VF_COSYVOICE_MODEL_DIR", "VF_MAX_INFLIGHT", "VF_MAX_BATCH",
+            "VF_EMPTY_CACHE", "VF_COSYVOICE_MODEL_DIR", "VF_COSYVOICE_SOURCE",
+            "VF_MAX_INFLIGHT", "VF_MAX_BATCH",
             "VF_BATCH_WAIT_MS", "VF_QUEUE_CAPACITY", "VF_MAX_ATTEMPTS",
             "VF_STORAGE_RETRY_SECONDS", "VF_RETRY_MAX_DELAY_S", "VF_DRAIN_SECONDS",
             "VF_REVOKE_GRACE_SECONDS", "VF_SESSION_TIMEOUT_MS", "VF_ASSIGNOR", "VF_GROUP_ID",
@@ -95,9 +96,11 @@ def test_overrides_by_group_skip_flags_that_were_not_given() -> None:
 
 def test_engines_get_their_options_not_the_settings() -> None:
     s = Settings.from_env({"VF_DEVICE": "cuda:1", "VF_PRECISION": "bf16", "VF_EMPTY_CACHE": "1",
-                           "VF_COSYVOICE_MODEL_DIR": "/models/cv3"})
+                           "VF_COSYVOICE_MODEL_DIR": "/models/cv3",
+                           "VF_COSYVOICE_SOURCE": "/opt/CosyVoice"})
     assert s.engine.options() == EngineOptions(device="cuda:1", precision="bf16",
-                                               empty_cache=True, cosyvoice_model_dir="/models/cv3")
+                                               empty_cache=True, cosyvoice_model_dir="/models/cv3",
+                                               cosyvoice_source="/opt/CosyVoice")
 
 
 # -- the state dir ---------------------------------------------------------------------------
