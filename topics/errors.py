@@ -20,6 +20,7 @@ class ErrorCode(StrEnum):
     ENGINE_ERROR = "engine_error"
     STORAGE_ERROR = "storage_error"
     DEADLINE_EXCEEDED = "deadline_exceeded"
+    CANCELLED = "cancelled"  # a tts.control cancel reached the request before its answer
 
 
 # Transient by nature: a later attempt may succeed without the producer changing anything.

@@ -16,10 +16,11 @@ VOICE_SCHEMA = "tts.voice.v1"
 RESULT_SCHEMA = "tts.result.v1"
 JOB_SCHEMA = "tts.job.v1"
 DLQ_SCHEMA = "tts.dlq.v1"
+CONTROL_SCHEMA = "tts.control.v1"
 
 Mode = Literal["zero_shot", "cross_lingual", "instruct", "sft"]
 AudioFormat = Literal["wav", "flac", "mp3", "opus"]
-Status = Literal["succeeded", "failed", "rejected", "expired"]
+Status = Literal["succeeded", "failed", "rejected", "expired", "cancelled"]
 JobStatus = Literal["succeeded", "partial", "failed"]
 
 
@@ -47,6 +48,8 @@ class SynthesisRequest(_Event, tag_field="schema", tag=REQUEST_SCHEMA):
     job: JobRef | None = None
     metadata: dict[str, Any] | None = None
     reference: str | None = None  # ad-hoc voice: s3://bucket/key of a clip instead of a voice
+    # v1 addition: chunk records on tts.audio while synthesizing, before the stored object
+    stream: bool = False
 
 
 class VoiceRegistration(_Event, tag_field="schema", tag=VOICE_SCHEMA):
@@ -141,6 +144,20 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     subtitles: str | None = None
     missing: list[int] = msgspec.field(default_factory=list)
     track: AudioRef | None = None
+
+
+class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):
+    """A command on tts.control, read by every worker (and the aggregator for jobs).
+
+    Exactly one of `request_id` (one request, queued or streaming) and `job_id` (every line
+    of a job not yet answered) is set; `decode_control` enforces it.
+    """
+
+    action: Literal["cancel"]
+    request_id: str | None = None
+    job_id: str | None = None
+    requested_at: str | None = None
+    reason: str | None = None
 
 
 class DeadLetter(_Event, tag_field="schema", tag=DLQ_SCHEMA):

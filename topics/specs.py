@@ -33,8 +33,15 @@ VOICES = TopicSpec("tts.voices", 12, "compact", None, "voice_id")
 RESULTS = TopicSpec("tts.results", 12, "delete", 7 * DAY_MS, "job.id, else request_id")
 JOBS = TopicSpec("tts.jobs", 12, "delete", 7 * DAY_MS, "job.id")
 DLQ = TopicSpec("tts.dlq", 3, "delete", 30 * DAY_MS, "original key")
+# Lanes (DESIGN.md, "Lanes"): the interactive requests have tts.requests' partition count and
+# keying, so a voice's two lanes share a partition number and the worker that owns it.
+REQUESTS_INTERACTIVE = TopicSpec("tts.requests.interactive", REQUESTS.partitions, "delete",
+                                 DAY_MS, "voice_id")
+AUDIO = TopicSpec("tts.audio", 12, "delete", DAY_MS, "request_id")  # binary chunks (chunks.py)
+CONTROL = TopicSpec("tts.control", 3, "delete", DAY_MS, "request_id or job_id")
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (REQUESTS, VOICES, RESULTS, JOBS, DLQ)
+ALL_TOPICS: tuple[TopicSpec, ...] = (REQUESTS, VOICES, RESULTS, JOBS, DLQ,
+                                     REQUESTS_INTERACTIVE, AUDIO, CONTROL)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,9 @@ class TopicNames:
     results: str
     jobs: str
     dlq: str
+    requests_interactive: str
+    audio: str
+    control: str
 
 
 def topic_names(prefix: str = "") -> TopicNames:
@@ -53,4 +63,7 @@ def topic_names(prefix: str = "") -> TopicNames:
         results=prefix + RESULTS.name,
         jobs=prefix + JOBS.name,
         dlq=prefix + DLQ.name,
+        requests_interactive=prefix + REQUESTS_INTERACTIVE.name,
+        audio=prefix + AUDIO.name,
+        control=prefix + CONTROL.name,
     )

@@ -18,6 +18,10 @@ DESIGN_TOPICS = {
     "tts.results": (12, "delete", 7),
     "tts.jobs": (12, "delete", 7),
     "tts.dlq": (3, "delete", 30),
+    # DESIGN.md, "Lanes"
+    "tts.requests.interactive": (12, "delete", 1),
+    "tts.audio": (12, "delete", 1),
+    "tts.control": (3, "delete", 1),
 }
 ASYNCAPI = Path(__file__).resolve().parents[3] / "docs" / "asyncapi.yaml"
 
@@ -45,14 +49,16 @@ def test_keys_match_design() -> None:
     assert {s.name: s.key for s in ALL_TOPICS} == {
         "tts.requests": "voice_id", "tts.voices": "voice_id",
         "tts.results": "job.id, else request_id", "tts.jobs": "job.id",
-        "tts.dlq": "original key",
+        "tts.dlq": "original key", "tts.requests.interactive": "voice_id",
+        "tts.audio": "request_id", "tts.control": "request_id or job_id",
     }
 
 
 @pytest.mark.parametrize("prefix", ["", "acme.", "staging-"])
 def test_prefix_is_applied_to_every_topic(prefix: str) -> None:
     names = topic_names(prefix)
-    assert (names.requests, names.voices, names.results, names.jobs, names.dlq) == tuple(
+    assert (names.requests, names.voices, names.results, names.jobs, names.dlq,
+            names.requests_interactive, names.audio, names.control) == tuple(
         prefix + s.name for s in ALL_TOPICS)
 
 
