@@ -1,7 +1,8 @@
 """Requests of one voice, start to finish, without Kafka: the stages a worker runs.
 
 process_batch(items of one voice):
-  per item: deadline passed? -> `expired`; object already stored? -> answer from it;
+  per item: cancelled meanwhile? -> `cancelled`; deadline passed? -> `expired`; object
+  already stored? -> answer from it;
   text front-end (normalise, split into sentences, parse the instruction; bad annotations
   -> `rejected`)
   profile once for the voice -> one engine call for every sentence of the rest (out of
@@ -47,6 +48,10 @@ from topics.validation import parse_deadline
 Outcome = SynthesisResult | VoiceFactoryError
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class Received:
     """Where a request came from; `timestamp` (the Kafka record time) fixes its object key."""
@@ -54,6 +59,9 @@ class Received:
     timestamp: datetime
     queued_ms: float = 0.0
     attempt: int = 1
+    # Whether a cancel reached the request since the worker took it (the worker passes its
+    # CancelRegistry.checker): checked before synthesis; a streaming sink checks between chunks.
+    cancelled: Callable[[], bool] = _never
 
 
 @dataclass
@@ -133,6 +141,9 @@ class RequestProcessor:
 
     def _early_answer(self, p: _Pending) -> SynthesisResult | None:
         request = p.request
+        if p.received.cancelled():
+            return self.answers.cancelled(request, attempt=p.received.attempt,
+                                          queued_ms=p.received.queued_ms)
         deadline = parse_deadline(request.deadline) if request.deadline else None
         if deadline is not None and deadline < datetime.now(UTC):
             return self._answer(p, "expired", error=ErrorInfo(

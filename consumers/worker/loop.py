@@ -1,10 +1,12 @@
-"""The synthesis worker: `tts.requests` -> audio objects + `tts.results`, then commit.
+"""The synthesis worker: `tts.requests[.interactive]` -> audio objects + `tts.results`.
 
     fetch loop (here): step 0, Checkpoint.begin (offset pending, record in flight)
         │ undecodable / invalid ──> DLQ record / rejected result ─────────────┐
-        │ valid: InFlightRequest (inflight.py)                                │
+        │ cancelled (cancellation.py) ──> cancelled result ───────────────────┤
+        │ valid: InFlightRequest (inflight.py), lane from its topic          │
         v                                                                     │
-    VoiceBatcher (batching.py; bounded: full -> pause partitions)             │
+    VoiceBatcher (batching.py; interactive first, batch keeps a minimum share;│
+        per-lane pauses: lanes.py)                                            │
         │ same-voice batches                                                  │
         v                                                                     │
     2 x max_inflight dispatch tasks (here) -> processor.process_batch in      │
@@ -20,6 +22,8 @@
         per partition -> consumer.commit; then Checkpoint.update_lag
     revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> Checkpoint.wait_idle
         -> Checkpoint.commit -> Checkpoint.forget
+    control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
+        cancelled request or job leave the batcher and are answered `cancelled` (steps 2-3)
 
 A record's offset becomes committable only after its answer is acknowledged, and only once
 every earlier record of its partition is too. A crash before that redelivers the record; the
@@ -45,7 +49,9 @@ from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import assignors, make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings
+from consumers.worker import lanes
 from consumers.worker.batching import BatcherClosed, VoiceBatcher
+from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.publisher import Publisher, dead_letter
@@ -83,7 +89,11 @@ class SynthesisWorker:
                                  base_delay_s=retry_base_s, max_delay_s=s.retry_max_delay_s)
         self.batcher: VoiceBatcher[InFlightRequest] = VoiceBatcher(
             max_batch=s.max_batch, batch_wait_s=s.batch_wait_ms / 1000,
-            capacity=s.queue_capacity, idle=lambda: self._running_batches < s.max_inflight)
+            capacity=s.queue_capacity, idle=lambda: self._running_batches < s.max_inflight,
+            batch_share=s.batch_min_share)
+        self.cancels = CancelRegistry(ttl_s=s.cancel_ttl_s, max_entries=s.cancel_max_entries)
+        self._canceller = QueueCanceller(registry=self.cancels, batcher=self.batcher,
+                                         answers=lambda: processor.answers, finish=self._finish)
         self.heartbeat = Heartbeat()
         self.checkpoint: Checkpoint | None = None  # built in run(), around the Kafka clients
         self._stopping = asyncio.Event()
@@ -130,13 +140,21 @@ class SynthesisWorker:
             heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
             max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor))
         producer = make_producer(self._settings.kafka, linger_ms=2)
+        # Not in the group: every worker reads every command (cancellation.py says why).
+        control = make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False)
         self._consumer = consumer
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
                                      publisher=Publisher(producer=producer, names=self._names))
-        consumer.subscribe([self._names.requests], listener=RevocationListener(
+        lanes.check_assignor(s.assignor)
+        consumer.subscribe(lanes.lane_topics(self._names), listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,
             grace_s=s.revoke_grace_seconds))
         await producer.start()
+        await control.start()
+        reader = ControlReader(consumer=control, topic=self._names.control,
+                               registry=self.cancels, on_cancel=self._canceller.on_cancel,
+                               on_command=self.metrics.on_control)
+        await reader.start()
         await consumer.start()
         if s.metrics_port >= 0:
             self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
@@ -144,9 +162,11 @@ class SynthesisWorker:
                                        readiness=self.readiness)
             await self.health.start()
         log.info("worker %s consuming %s as group %s (max_inflight %d, max_batch %d)",
-                 s.instance_id, self._names.requests, s.group_id, s.max_inflight, s.max_batch)
+                 s.instance_id, " + ".join(lanes.lane_topics(self._names)), s.group_id,
+                 s.max_inflight, s.max_batch)
         loops = [asyncio.create_task(self._fetch_loop(), name="fetch"),
-                 asyncio.create_task(self._commit_loop(), name="commit")]
+                 asyncio.create_task(self._commit_loop(), name="commit"),
+                 asyncio.create_task(reader.run(), name="control")]
         # Twice max_inflight dispatchers: the processor lets max_inflight of them into the
         # engine at once, the others store finished outputs meanwhile (measured: batching
         # gain and capacity, docs/benchmarks.md).
@@ -157,6 +177,7 @@ class SynthesisWorker:
         finally:
             await self._drain(loops, dispatchers)
             await consumer.stop()
+            await control.stop()
             await producer.stop()
             if self.health is not None:
                 await self.health.stop()
@@ -179,27 +200,28 @@ class SynthesisWorker:
         if late:
             log.warning("drain: %d tasks unfinished after %.0f s, left to the next owner",
                         len(late), self._settings.worker.drain_seconds)
-        loops[1].cancel()
+        for task in loops[1:]:  # commit and control
+            task.cancel()
         await asyncio.gather(*loops, *late, return_exceptions=True)
         await self._cp.commit()
 
     # -- fetching ----------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
-        consumer, cp, capacity = self._consumer, self._cp, self._settings.worker.queue_capacity
+        consumer, cp, s = self._consumer, self._cp, self._settings.worker
+        capacity, floor = s.queue_capacity, (s.max_batch if s.batch_min_share > 0 else 0)
         while True:
             self.heartbeat.beat()
-            # Requests waiting to be retried count too: a store outage must not turn into
-            # an unbounded pile of retry timers.
-            queued = self.batcher.qsize() + cp.retry_waiting
-            if queued >= capacity:
-                consumer.pause(*consumer.assignment())
-            elif consumer.paused():
-                consumer.resume(*consumer.paused())
-            self.metrics.set_paused(len(consumer.paused()))
+            # Requests waiting to be retried count in both lanes: a store outage must not
+            # turn into an unbounded pile of retry timers.
+            inter = self.batcher.qsize("interactive") + cp.retry_waiting
+            batch = self.batcher.qsize("batch") + cp.retry_waiting
+            self.metrics.set_paused(lanes.apply_pauses(
+                consumer, self._names, capacity=capacity, interactive_queued=inter,
+                batch_queued=batch, batch_floor=floor))
             try:
-                batches = await consumer.getmany(timeout_ms=200,
-                                                 max_records=max(1, capacity - queued))
+                batches = await consumer.getmany(
+                    timeout_ms=200, max_records=max(1, capacity - min(inter, batch)))
             except KafkaError as exc:
                 log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(0.5)
@@ -210,7 +232,7 @@ class SynthesisWorker:
                     continue
                 for rec in records:
                     self._accept(tp, rec)
-            self.metrics.set_queue_depth(self.batcher.qsize())
+            lanes.report_depth(self.metrics, self.batcher)
 
     def _accept(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes]) -> None:
         ctx = {"partition": rec.partition, "offset": rec.offset}
@@ -236,7 +258,12 @@ class SynthesisWorker:
             self._spawn(self._cp.answer(tp, rec, result=result))
             return
         stamp = datetime.fromtimestamp(rec.timestamp / 1000, UTC)
-        self.batcher.put(request.voice_id, InFlightRequest(rec, tp, request, stamp))
+        lane = lanes.lane_of(rec.topic, self._names)
+        request = lanes.with_lane_deadline(request, lane, stamp,
+                                           self._settings.worker.interactive_deadline_s)
+        req = InFlightRequest(rec, tp, request, stamp, lane=lane)
+        if not self._canceller.cancel_if_named(req):
+            self.batcher.put(request.voice_id, req, lane)
 
     # -- synthesis ---------------------------------------------------------------------
 
@@ -246,14 +273,17 @@ class SynthesisWorker:
                 _voice, reqs = await self.batcher.next_batch()
             except BatcherClosed:
                 return
-            reqs = [r for r in reqs if self._owned(r)]
+            for r in reqs:  # queued -> dispatched, per lane
+                self.metrics.observe_lane_wait(r.lane, time.monotonic() - r.queued_at)
+            reqs = [r for r in reqs if self._owned(r) and not self._canceller.cancel_if_named(r)]
             if reqs:
                 await self._run_batch(reqs)
 
     async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
         now_ms = time.time() * 1000
         items = [(r.request, Received(timestamp=r.stamp, attempt=r.attempt,
-                                      queued_ms=max(0.0, now_ms - r.record.timestamp)))
+                                      queued_ms=max(0.0, now_ms - r.record.timestamp),
+                                      cancelled=self.cancels.checker(r.request_id, r.job_id)))
                  for r in reqs]
         self._running_batches += 1
         self.metrics.set_inflight(self._running_batches)
@@ -306,7 +336,9 @@ class SynthesisWorker:
             if self._stopping.is_set():  # shutting down: the next start redelivers it
                 cp.abandon(req.tp, req.record.offset)
                 return
-            self.batcher.put(req.request.voice_id, req)
+            if not self._canceller.cancel_if_named(req):
+                req.queued_at = time.monotonic()
+                self.batcher.put(req.request.voice_id, req, req.lane)
 
         self._spawn(later())
 
@@ -316,6 +348,7 @@ class SynthesisWorker:
         log.info("%s in %.0f ms", result.status, result.timings_ms.get("total", 0),
                  extra={**req.ctx(), "stage": "done"})
         self.metrics.on_result(result.status, code)
+        self.metrics.on_lane_result(req.lane, result.status)
         self.metrics.observe_stages(result.timings_ms)
         if result.rtf:
             self.metrics.observe_rtf(result.rtf)
