@@ -26,7 +26,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -107,8 +107,12 @@ class ControlReader:
 
     def __init__(self, *, consumer: Any, topic: str, registry: CancelRegistry,
                  on_cancel: Callable[[ControlCommand], None],
-                 on_command: Callable[[str], None] | None = None) -> None:
+                 on_command: Callable[[str], None] | None = None,
+                 partitions_for: Callable[[str], Awaitable[set[int]]] | None = None) -> None:
         self._consumer = consumer  # an AIOKafkaConsumer without a group, started by the caller
+        # The topic's partitions: a producer's partitions_for (a consumer without a
+        # subscription has no public way to fetch them).
+        self._partitions_for = partitions_for
         self._topic = topic
         self._registry = registry
         self._on_cancel = on_cancel
@@ -118,8 +122,9 @@ class ControlReader:
     async def start(self) -> list[TopicPartition]:
         """Assign every partition and position each at the start of the replay window."""
         consumer = self._consumer
-        await consumer.topics()  # fetches the metadata that partitions_for_topic reads
-        partitions = consumer.partitions_for_topic(self._topic) or set()
+        partitions: set[int] = set()
+        if self._topic in await consumer.topics() and self._partitions_for is not None:
+            partitions = await self._partitions_for(self._topic)
         tps = [TopicPartition(self._topic, p) for p in sorted(partitions)]
         if not tps:
             log.warning("control topic %s not found: cancels will not reach this worker",

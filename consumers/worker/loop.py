@@ -153,7 +153,8 @@ class SynthesisWorker:
         await control.start()
         reader = ControlReader(consumer=control, topic=self._names.control,
                                registry=self.cancels, on_cancel=self._canceller.on_cancel,
-                               on_command=self.metrics.on_control)
+                               on_command=self.metrics.on_control,
+                               partitions_for=producer.partitions_for)
         await reader.start()
         await consumer.start()
         if s.metrics_port >= 0:
