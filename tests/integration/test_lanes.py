@@ -23,6 +23,7 @@ from pipeline.engines.base import Profile, SynthesisItem, Synthesized
 from pipeline.frontend import prepare
 from pipeline.voices import register_voice
 from tests.integration.conftest import RunningWorker
+from tests.integration.test_jobs import Aggregator, _wait_for_job
 from tests.integration.workers import produce, wait_for_answers
 from topics.events import JobRef, SynthesisRequest
 from topics.specs import REQUESTS, topic_names
@@ -135,6 +136,36 @@ async def test_a_cancelled_job_s_queued_lines_are_answered_cancelled_without_the
         assert result.audio is None and result.job == lines[i].job
     # Every answer was acknowledged before its offset was committed, and all were committed.
     assert await _committed(s, REQUESTS.name) == 100
+
+
+async def test_a_cancelled_job_closes_as_soon_as_its_last_line_is_answered_cancelled(
+        settings: Settings, voices: list[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_BENCH_BASE_MS", "100")
+    s = settings.with_overrides(engine={"name": "bench"},
+                                worker={"max_inflight": 1, "max_batch": 1})
+    agg = Aggregator(s, tmp_path, timeout_s=600)  # closing on the timeout would take 10 min
+    agg.start()
+    try:
+        await agg.ready()
+        job_id = f"reel-{uuid.uuid4().hex[:6]}"
+        lines = [SynthesisRequest(request_id=f"{job_id}-{i:04d}", voice_id=voices[2],
+                                  text=f"Reel line {i}.", language="en",
+                                  metadata={"text": f"Reel line {i}."},
+                                  job=JobRef(id=job_id, index=i, total=30)) for i in range(30)]
+        async with RunningWorker(s) as running:
+            await produce(s, lines)
+            await _until_answered(running, 2)
+            assert await cancel_command(s, request_id=None, job_id=job_id, reason="recut") == 0
+            event = await _wait_for_job(s, job_id, 60, agg)
+    finally:
+        assert agg.stop() == 0
+    statuses = [c.status for c in event.clips]
+    assert event.total == 30 and event.missing == [] and len(statuses) == 30
+    assert set(statuses) == {"succeeded", "cancelled"} and statuses.count("succeeded") >= 2
+    assert event.status == "partial"
+    assert [span.index for span in event.timeline] == [
+        c.index for c in event.clips if c.status == "succeeded"]
 
 
 async def test_a_request_produced_after_its_cancel_is_never_synthesized(
