@@ -51,6 +51,7 @@ def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
     """Everything `voicefactory worker` runs; `worker_options` go to SynthesisWorker
     (retry_base_s in tests). The engine and the speaker encoder load here, before the
     worker joins its group, so no partition is assigned to a process that cannot serve."""
+    from consumers.worker.gate import LaneGate
     from consumers.worker.loop import SynthesisWorker
     from pipeline.engines import create_engine
     from pipeline.profiles import ProfileCache
@@ -76,6 +77,8 @@ def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
                                  presign_seconds=settings.store.presign_seconds,
                                  loudness_lufs=w.loudness_lufs,
                                  device_slots=w.max_inflight,
+                                 device_gate=LaneGate(w.max_inflight,
+                                                      batch_share=w.batch_min_share),
                                  quality_encoder=encoder if w.quality_checks == "on" else None,
                                  on_oom_split=metrics.on_oom_retry)
     worker = SynthesisWorker(settings=settings, processor=processor, metrics=metrics,

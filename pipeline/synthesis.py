@@ -79,12 +79,15 @@ class RequestProcessor:
     def __init__(self, *, engine: Synthesizer, store: ObjectStore, profiles: ProfileResolver,
                  worker: str, presign_seconds: int, loudness_lufs: float = -16.0,
                  quality_encoder: SpeakerEncoder | None = None, device_slots: int | None = None,
-                 on_oom_split: Callable[[], None] | None = None) -> None:
+                 on_oom_split: Callable[[], None] | None = None,
+                 device_gate: contextlib.AbstractContextManager[object] | None = None) -> None:
         self._engine = engine
         # At most `device_slots` threads in the engine (or computing a profile) at once; the
         # stitching, encoding and upload after it run outside, so a caller may run more
         # batches than slots and keep the device busy while earlier outputs are stored.
-        self._device: contextlib.AbstractContextManager[object] = (
+        # `device_gate` replaces that semaphore when the caller orders its waiters (the
+        # worker's lanes: consumers/worker/gate.py).
+        self._device: contextlib.AbstractContextManager[object] = device_gate or (
             threading.BoundedSemaphore(device_slots) if device_slots
             else contextlib.nullcontext())
         self._loudness = loudness_lufs

@@ -22,6 +22,7 @@ sticky do not promise that: `check_assignor` warns.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,6 +32,7 @@ from aiokafka import TopicPartition
 
 from consumers.metrics import WorkerMetrics
 from consumers.worker.batching import LANES, Lane, VoiceBatcher
+from consumers.worker.inflight import InFlightRequest
 from topics.events import SynthesisRequest
 from topics.specs import TopicNames
 
@@ -86,6 +88,13 @@ def report_depth(metrics: WorkerMetrics, batcher: VoiceBatcher[Any]) -> None:
     metrics.set_queue_depth(batcher.qsize())
     for lane in LANES:
         metrics.set_lane_depth(lane, batcher.qsize(lane))
+
+
+def observe_waits(metrics: WorkerMetrics, taken: Iterable[InFlightRequest]) -> None:
+    """Queued -> taken by a dispatcher, per lane, for the requests of one batch."""
+    now = time.monotonic()
+    for req in taken:
+        metrics.observe_lane_wait(req.lane, now - req.queued_at)
 
 
 def with_lane_deadline(request: SynthesisRequest, lane: Lane, received: datetime,

@@ -3,14 +3,14 @@
     fetch loop (here): step 0, Checkpoint.begin (offset pending, record in flight)
         │ undecodable / invalid ──> DLQ record / rejected result ─────────────┐
         │ cancelled (cancellation.py) ──> cancelled result ───────────────────┤
-        │ valid: InFlightRequest (inflight.py), lane from its topic          │
+        │ valid: InFlightRequest (inflight.py), lane from its topic           │
         v                                                                     │
-    VoiceBatcher (batching.py; interactive first, batch keeps a minimum share;│
-        per-lane pauses: lanes.py)                                            │
+    VoiceBatcher (batching.py: interactive first; per-lane pauses: lanes.py)  │
         │ same-voice batches                                                  │
         v                                                                     │
     2 x max_inflight dispatch tasks (here) -> processor.process_batch in      │
-        threads; step 1: the processor stores each output (pipeline/)         │
+        threads (device slots by lane: gate.py); step 1: the processor stores │
+        each output (pipeline/)                                               │
         │ retryable error: RetryPolicy (retry.py) -> backoff -> back in queue │
         │ result, or a failed result + DLQ record once the policy gives up    │
         v                                                                     v
@@ -53,6 +53,7 @@ from consumers.worker import lanes
 from consumers.worker.batching import BatcherClosed, VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
+from consumers.worker.gate import LANE
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
@@ -274,8 +275,7 @@ class SynthesisWorker:
                 _voice, reqs = await self.batcher.next_batch()
             except BatcherClosed:
                 return
-            for r in reqs:  # queued -> dispatched, per lane
-                self.metrics.observe_lane_wait(r.lane, time.monotonic() - r.queued_at)
+            lanes.observe_waits(self.metrics, reqs)
             reqs = [r for r in reqs if self._owned(r) and not self._canceller.cancel_if_named(r)]
             if reqs:
                 await self._run_batch(reqs)
@@ -288,6 +288,7 @@ class SynthesisWorker:
                  for r in reqs]
         self._running_batches += 1
         self.metrics.set_inflight(self._running_batches)
+        LANE.set(reqs[0].lane)  # the thread's device slot is granted by lane (gate.py)
         started = time.perf_counter()
         try:  # step 1 happens in there: the processor stores each output before answering
             outcomes = await asyncio.to_thread(self._processor.process_batch, items)
