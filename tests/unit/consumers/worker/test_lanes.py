@@ -12,6 +12,7 @@ from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssigno
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 
 from consumers.worker.lanes import (
+    apply_pauses,
     check_assignor,
     lane_of,
     lane_topics,
@@ -118,3 +119,38 @@ def test_round_robin_splits_a_voice_s_lanes_which_is_why_it_is_warned_about(
         assert check_assignor("roundrobin") is False
     assert "VF_ASSIGNOR=roundrobin does not keep a voice's two lanes on one worker" in \
         caplog.text
+
+
+class _Consumer:
+    """assignment/pause/resume/paused as aiokafka keeps them (paused is a subset of assigned)."""
+
+    def __init__(self, assigned: set[TopicPartition]) -> None:
+        self.assigned = assigned
+        self._paused: set[TopicPartition] = set()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self._paused.update(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self._paused.difference_update(tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+
+def test_batch_partitions_pause_for_a_caller_and_resume_once_it_is_served() -> None:
+    consumer = _Consumer(ASSIGNED)
+
+    def round_(interactive: int, batch: int) -> int:
+        return apply_pauses(consumer, NAMES, interactive_queued=interactive,
+                            batch_queued=batch, capacity=64, batch_floor=8)
+
+    assert round_(0, 30) == 0 and consumer.paused() == set()
+    assert round_(2, 30) == 3 and consumer.paused() == BATCH
+    assert round_(1, 30) == 3 and consumer.paused() == BATCH
+    assert round_(0, 30) == 0 and consumer.paused() == set()  # the caller is served: resumed
+    assert round_(64, 64) == 6 and consumer.paused() == ASSIGNED
+    assert round_(0, 0) == 0 and consumer.paused() == set()
