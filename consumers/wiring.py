@@ -60,6 +60,7 @@ def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
     from pipeline.voices import ProfileResolver
 
     w = settings.worker
+    gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share)  # device slots, by lane
     store = make_store(settings.store)
     engine = create_engine(settings.engine.name, settings.engine.options())
     engine.load()
@@ -77,12 +78,11 @@ def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
                                  presign_seconds=settings.store.presign_seconds,
                                  loudness_lufs=w.loudness_lufs,
                                  device_slots=w.max_inflight,
-                                 device_gate=LaneGate(w.max_inflight,
-                                                      batch_share=w.batch_min_share),
+                                 device_gate=gate,
                                  quality_encoder=encoder if w.quality_checks == "on" else None,
                                  on_oom_split=metrics.on_oom_retry)
     worker = SynthesisWorker(settings=settings, processor=processor, metrics=metrics,
-                             **worker_options)
+                             device_gate=gate, **worker_options)
     return WorkerRuntime(settings=settings, store=store, engine=engine, processor=processor,
                          metrics=metrics, worker=worker)
 

@@ -132,13 +132,15 @@ class VoiceBatcher(Generic[T]):
         dropped.sort(key=lambda entry: entry.seq)
         return [entry.item for entry in dropped]
 
-    async def next_batch(self) -> tuple[str, list[T]]:
-        """Wait for the next ready queue and take up to `max_batch` items from it.
+    async def next_batch(self, lane: Lane | None = None) -> tuple[str, list[T]]:
+        """Wait for the next ready queue (of `lane` only, if given) and take up to
+        `max_batch` items from it.
 
-        Raises `BatcherClosed` once closed and empty; cancelling a wait loses nothing.
+        Raises `BatcherClosed` once closed and empty (of `lane`, if given); cancelling a
+        wait loses nothing.
         """
         while True:
-            key, wait_s = self._pick(time.monotonic())
+            key, wait_s = self._pick(time.monotonic(), lane)
             if key is not None:
                 return key[1], self._take(key)
             if self._closed:
@@ -149,7 +151,8 @@ class VoiceBatcher(Generic[T]):
                 async with asyncio.timeout(wait_s):
                     await self._changed.wait()
 
-    def _pick(self, now: float) -> tuple[tuple[Lane, str] | None, float | None]:
+    def _pick(self, now: float,
+              only: Lane | None = None) -> tuple[tuple[Lane, str] | None, float | None]:
         """The ready queue to serve next (see the module docstring), else the seconds until
         the first one is ready (None: nothing queued). O(number of queues), bounded by the
         queue size."""
@@ -159,6 +162,8 @@ class VoiceBatcher(Generic[T]):
         # Closing: nothing more will join a partial batch, so hand it out now.
         release_all = self._closed or (bool(self._queues) and self._idle())
         for key, queue in self._queues.items():
+            if only is not None and key[0] != only:
+                continue
             head_t = queue[0].enqueued_at
             due = head_t + self.batch_wait_s
             if len(queue) >= self.max_batch or due <= now or release_all:

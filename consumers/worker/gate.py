@@ -1,10 +1,17 @@
 """The engine's device slots, handed out by lane: interactive first, batch keeps its share.
 
-    dispatcher task: LANE.set(batch's lane) -> asyncio.to_thread(processor.process_batch)
-        (to_thread copies the task's context, so the thread sees the lane)
-    processor thread: `with device_gate:` (pipeline/synthesis.py's device slots) -> waits in
-        its lane's FIFO -> a freed slot goes to the head of the interactive FIFO, except that
-        batch.ShareRule gives batch its minimum share of the slots both lanes wait for
+    dispatcher task: BatchThreads.run(lane, processor.process_batch, items)
+    processor thread (BatchThreads' own pool): in_lane sets LANE (a ContextVar) ->
+        `with device_gate:`
+        (pipeline/synthesis.py's device slots, taken for the profile lookup and again for the
+        engine call) -> waits in its lane's FIFO -> a freed slot goes to the head of the
+        interactive FIFO, except that batch.ShareRule gives batch its minimum share of the
+        slots both lanes wait for
+
+An interactive batch holds its slot for the whole call: in_lane enters the gate first and
+the processor's own entries are re-entrant for that thread. Otherwise the slot it gives back
+between the profile lookup and the engine call would go to a waiting batch-lane batch, and
+the caller would queue for a slot twice (measured: ~2x the wait behind a backlog).
 
 Why a gate as well as the batcher's order: twice max_inflight dispatchers take batches so the
 engine stays busy while finished outputs are stored, so when an interactive request comes,
@@ -15,12 +22,21 @@ free slot.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import threading
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from types import TracebackType
+from typing import ParamSpec, TypeVar
 
 from consumers.worker.batching import LANES, Lane, ShareRule
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 LANE: ContextVar[Lane] = ContextVar("vf_lane", default="batch")
 
@@ -36,10 +52,14 @@ class LaneGate:
         self._waiting: dict[Lane, deque[object]] = {lane: deque() for lane in LANES}
         self._share = ShareRule(batch_share)
         self._chosen: object | None = None  # the waiter the next free slot belongs to
+        self._held: dict[int, int] = {}  # thread ident -> entries (re-entrant per thread)
 
     def __enter__(self) -> LaneGate:
-        lane, token = LANE.get(), object()
+        lane, token, me = LANE.get(), object(), threading.get_ident()
         with self._cond:
+            if me in self._held:
+                self._held[me] += 1
+                return self
             self._waiting[lane].append(token)
             self._elect()
             try:
@@ -54,12 +74,18 @@ class LaneGate:
             self._waiting[lane].popleft()  # the chosen waiter is always its lane's head
             self._chosen = None
             self._free -= 1
+            self._held[me] = 1
             self._elect()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        me = threading.get_ident()
         with self._cond:
+            self._held[me] -= 1
+            if self._held[me]:
+                return
+            del self._held[me]
             self._free += 1
             self._elect()
 
@@ -78,3 +104,37 @@ class LaneGate:
         lane = self._share.contested() if len(ready) == 2 else ready[0]
         self._chosen = self._waiting[lane][0]
         self._cond.notify_all()
+
+
+def in_lane(gate: LaneGate | None, lane: Lane, fn: Callable[P, R], *args: P.args,
+            **kwargs: P.kwargs) -> R:
+    """Call `fn` in this (worker) thread as `lane`; an interactive call holds one slot of
+    `gate` from start to end (see the module docstring)."""
+    LANE.set(lane)
+    hold: contextlib.AbstractContextManager[object] = (
+        gate if gate is not None and lane == "interactive" else contextlib.nullcontext())
+    with hold:
+        return fn(*args, **kwargs)
+
+
+class BatchThreads:
+    """The threads batches run in, one per dispatcher, each call marked with its lane.
+
+    Not asyncio's default executor: it has min(32, cores + 4) threads, which the dispatchers
+    alone would fill on a small machine, and aiokafka's DNS lookups (every connection) and
+    the readiness probe queue there behind a slow batch (measured: a client sharing the
+    process waited 1-2 s to connect).
+    """
+
+    def __init__(self, gate: LaneGate | None, threads: int) -> None:
+        self._gate = gate
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="vf-batch")
+
+    async def run(self, lane: Lane, fn: Callable[P, R], *args: P.args,
+                  **kwargs: P.kwargs) -> R:
+        call = functools.partial(in_lane, self._gate, lane, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def shutdown(self) -> None:
+        """No new calls; running ones finish in their threads (the drain waited for them)."""
+        self._pool.shutdown(wait=False)

@@ -11,6 +11,7 @@ back in the queue -> answered: the Checkpoint marks its offset done. A cancel th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from consumers.worker.batching import Lane
+from pipeline.synthesis import Received
 from topics.events import SynthesisRequest
 
 
@@ -39,6 +41,13 @@ class InFlightRequest:
     @property
     def job_id(self) -> str | None:
         return self.request.job.id if self.request.job else None
+
+    def received(self, cancelled: Callable[[], bool]) -> tuple[SynthesisRequest, Received]:
+        """The processor's input, stamped now: `queued_ms` runs from the broker timestamp to
+        this call, which the batch thread makes once it holds its device slot (gate.py)."""
+        return self.request, Received(
+            timestamp=self.stamp, attempt=self.attempt, cancelled=cancelled,
+            queued_ms=max(0.0, time.time() * 1000 - self.record.timestamp))
 
     def ctx(self) -> dict[str, Any]:
         """The log fields every line about this request carries."""

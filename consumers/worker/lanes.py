@@ -50,6 +50,20 @@ def lane_of(topic: str, names: TopicNames) -> Lane:
     return "interactive" if topic == names.requests_interactive else "batch"
 
 
+def dispatcher_lanes(max_inflight: int) -> list[Lane | None]:
+    """The worker's dispatch tasks, by the lane each takes work from (None: both, in order).
+
+    Twice max_inflight take from both lanes: the processor lets max_inflight of them into the
+    engine at once, the others store finished outputs meanwhile (measured: batching gain and
+    capacity, docs/benchmarks.md). So under a backlog every one of them may be holding a
+    batch-lane batch; max_inflight more take interactive work only, so a caller's request is
+    taken at once and waits only for the next free device slot (gate.py), not for a
+    dispatcher.
+    """
+    both: list[Lane | None] = [None] * (2 * max_inflight)
+    return both + ["interactive"] * max_inflight
+
+
 def paused_partitions(assignment: Iterable[TopicPartition], names: TopicNames, *,
                       interactive_queued: int, batch_queued: int, capacity: int,
                       batch_floor: int) -> set[TopicPartition]:

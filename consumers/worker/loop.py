@@ -8,9 +8,9 @@
     VoiceBatcher (batching.py: interactive first; per-lane pauses: lanes.py)  │
         │ same-voice batches                                                  │
         v                                                                     │
-    2 x max_inflight dispatch tasks (here) -> processor.process_batch in      │
-        threads (device slots by lane: gate.py); step 1: the processor stores │
-        each output (pipeline/)                                               │
+    2 x max_inflight dispatch tasks, + max_inflight for interactive work      │
+        (here) -> processor.process_batch in threads (gate.py: device slots   │
+        by lane); step 1: the processor stores each output (pipeline/)        │
         │ retryable error: RetryPolicy (retry.py) -> backoff -> back in queue │
         │ result, or a failed result + DLQ record once the policy gives up    │
         v                                                                     v
@@ -50,15 +50,15 @@ from consumers.kafka import assignors, make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings
 from consumers.worker import lanes
-from consumers.worker.batching import BatcherClosed, VoiceBatcher
+from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
-from consumers.worker.gate import LANE
+from consumers.worker.gate import BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
-from pipeline.synthesis import Received, RequestProcessor
+from pipeline.synthesis import Outcome, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
 from topics.specs import topic_names
@@ -76,11 +76,12 @@ def _engine_loaded() -> bool:
 class SynthesisWorker:
     def __init__(self, *, settings: Settings, processor: RequestProcessor,
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
-                 commit_interval_s: float = 0.5,
+                 commit_interval_s: float = 0.5, device_gate: LaneGate | None = None,
                  engine_ready: Callable[[], bool] | None = None) -> None:
         s = settings.worker
         self._settings = settings
         self._processor = processor
+        self._threads = BatchThreads(device_gate, len(lanes.dispatcher_lanes(s.max_inflight)))
         self._names = topic_names(settings.kafka.topic_prefix)
         self.metrics = metrics or WorkerMetrics()
         self._engine_ready = engine_ready or _engine_loaded
@@ -169,11 +170,9 @@ class SynthesisWorker:
         loops = [asyncio.create_task(self._fetch_loop(), name="fetch"),
                  asyncio.create_task(self._commit_loop(), name="commit"),
                  asyncio.create_task(reader.run(), name="control")]
-        # Twice max_inflight dispatchers: the processor lets max_inflight of them into the
-        # engine at once, the others store finished outputs meanwhile (measured: batching
-        # gain and capacity, docs/benchmarks.md).
-        dispatchers = [asyncio.create_task(self._dispatch_loop(), name=f"dispatch-{i}")
-                       for i in range(2 * s.max_inflight)]
+        # How many dispatchers, of which lanes, and why: lanes.dispatcher_lanes.
+        dispatchers = [asyncio.create_task(self._dispatch_loop(lane), name=f"dispatch-{i}")
+                       for i, lane in enumerate(lanes.dispatcher_lanes(s.max_inflight))]
         try:
             await self._stopping.wait()
         finally:
@@ -181,6 +180,7 @@ class SynthesisWorker:
             await consumer.stop()
             await control.stop()
             await producer.stop()
+            self._threads.shutdown()
             if self.health is not None:
                 await self.health.stop()
             log.info("worker stopped after %d requests", self.processed)
@@ -269,10 +269,10 @@ class SynthesisWorker:
 
     # -- synthesis ---------------------------------------------------------------------
 
-    async def _dispatch_loop(self) -> None:
+    async def _dispatch_loop(self, lane: Lane | None = None) -> None:
         while True:
             try:
-                _voice, reqs = await self.batcher.next_batch()
+                _voice, reqs = await self.batcher.next_batch(lane)
             except BatcherClosed:
                 return
             lanes.observe_waits(self.metrics, reqs)
@@ -281,17 +281,15 @@ class SynthesisWorker:
                 await self._run_batch(reqs)
 
     async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
-        now_ms = time.time() * 1000
-        items = [(r.request, Received(timestamp=r.stamp, attempt=r.attempt,
-                                      queued_ms=max(0.0, now_ms - r.record.timestamp),
-                                      cancelled=self.cancels.checker(r.request_id, r.job_id)))
-                 for r in reqs]
+        def process() -> list[Outcome]:  # in a batch thread, holding its lane's slot if any
+            return self._processor.process_batch(
+                [r.received(self.cancels.checker(r.request_id, r.job_id)) for r in reqs])
+
         self._running_batches += 1
         self.metrics.set_inflight(self._running_batches)
-        LANE.set(reqs[0].lane)  # the thread's device slot is granted by lane (gate.py)
         started = time.perf_counter()
         try:  # step 1 happens in there: the processor stores each output before answering
-            outcomes = await asyncio.to_thread(self._processor.process_batch, items)
+            outcomes = await self._threads.run(reqs[0].lane, process)
         except Exception as exc:  # a bug must not block partitions: answer each as failed
             log.exception("batch of %d crashed", len(reqs))
             outcomes = [VoiceFactoryError(ErrorCode.ENGINE_ERROR, f"internal error: {exc!r}",

@@ -255,3 +255,17 @@ async def test_drop_counts_each_lane_and_an_unknown_lane_is_refused() -> None:
     assert (b.qsize("interactive"), b.qsize("batch")) == (0, 1)
     with pytest.raises(ValueError, match="lane"):
         b.put("alice", 4, "urgent")  # type: ignore[arg-type]
+
+
+async def test_a_dispatcher_of_one_lane_takes_only_that_lane_s_work() -> None:
+    b = batcher(max_batch=2, wait_s=0)
+    b.put("alice", 1)
+    only = asyncio.create_task(b.next_batch("interactive"))
+    await asyncio.sleep(0.02)
+    assert not only.done()  # batch work is there, but not for this dispatcher
+    b.put("bob", 2, "interactive")
+    assert await asyncio.wait_for(only, 1) == ("bob", [2])
+    assert await take(b) == ("alice", [1])
+    b.close()
+    with pytest.raises(BatcherClosed):
+        await asyncio.wait_for(b.next_batch("interactive"), 1)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from consumers.worker.batching import Lane
-from consumers.worker.gate import LANE, LaneGate
+from consumers.worker.gate import LANE, BatchThreads, LaneGate, in_lane
+from consumers.worker.lanes import dispatcher_lanes
 
 
 def _enter_in_thread(gate: LaneGate, lane: Lane, name: str, order: list[str],
@@ -96,3 +97,60 @@ def test_slots_are_a_bound_and_the_default_lane_is_batch() -> None:
     assert peak[0] == 2 and LANE.get() == "batch"
     with pytest.raises(ValueError, match="slots"):
         LaneGate(0, batch_share=0.1)
+
+
+def test_the_gate_is_re_entrant_per_thread() -> None:
+    gate = LaneGate(1, batch_share=0.1)
+    with gate, gate:  # the processor's own entries inside in_lane's hold
+        assert gate.waiting("batch") == 0
+    with gate:  # released: free again
+        pass
+
+
+def test_an_interactive_call_holds_its_slot_between_the_processor_s_entries() -> None:
+    """Profile lookup and engine call each enter the gate; a batch waiter must not slip in
+    between them while an interactive call runs."""
+    gate = LaneGate(1, batch_share=0.0)
+    order: list[str] = []
+    batch_waiting = threading.Event()
+
+    def call() -> None:
+        with gate:
+            order.append("profile")
+        batch_waiting.wait(2)
+        time.sleep(0.02)  # the batch waiter is queued by now
+        with gate:
+            order.append("engine")
+
+    def batch() -> None:
+        LANE.set("batch")
+        batch_waiting.set()
+        with gate:
+            order.append("batch")
+
+    runner = threading.Thread(target=in_lane, args=(gate, "interactive", call))
+    runner.start()
+    _until(lambda: order == ["profile"])
+    other = threading.Thread(target=contextvars.copy_context().run, args=(batch,))
+    other.start()
+    runner.join(5)
+    other.join(5)
+    assert order == ["profile", "engine", "batch"]
+
+
+async def test_batch_threads_run_calls_in_their_own_named_threads_with_the_lane() -> None:
+    threads = BatchThreads(LaneGate(1, batch_share=0.1), 2)
+
+    def where() -> tuple[str, str]:
+        return threading.current_thread().name, LANE.get()
+
+    try:
+        name, lane = await threads.run("interactive", where)
+        assert name.startswith("vf-batch") and lane == "interactive"
+        assert (await threads.run("batch", where))[1] == "batch"
+    finally:
+        threads.shutdown()
+
+
+def test_interactive_work_has_dispatchers_of_its_own() -> None:
+    assert dispatcher_lanes(2) == [None, None, None, None, "interactive", "interactive"]
