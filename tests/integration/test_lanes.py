@@ -4,6 +4,8 @@ job answered without engine calls, and both lanes of a partition on one group me
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,9 +26,10 @@ from pipeline.frontend import prepare
 from pipeline.voices import register_voice
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_jobs import Aggregator, _wait_for_job
-from tests.integration.workers import produce, wait_for_answers
+from tests.integration.workers import REPO, produce, wait_for_answers, worker_env
+from topics.control import decode_control
 from topics.events import JobRef, SynthesisRequest
-from topics.specs import REQUESTS, topic_names
+from topics.specs import CONTROL, REQUESTS, topic_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -237,3 +240,32 @@ async def _committed(settings: Settings, spec_name: str) -> int:
         return total
     finally:
         await reader.stop()
+
+
+async def test_the_cancel_command_produces_a_checked_command_keyed_by_the_id(
+        settings: Settings) -> None:
+    env = worker_env(settings)
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "voicefactory", "cancel", "--job", "ep12",
+                         "--reason", "recut"], cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "cancel of job ep12 sent" in done.stdout
+    names = topic_names(settings.kafka.topic_prefix)
+    reader = make_consumer(settings.kafka, group_id=None, enable_auto_commit=False)
+    await reader.start()
+    try:
+        tps = [TopicPartition(names.control, p) for p in range(CONTROL.partitions)]
+        reader.assign(tps)
+        await reader.seek_to_beginning(*tps)
+        records = [r for batch in (await reader.getmany(timeout_ms=3000)).values() for r in batch]
+    finally:
+        await reader.stop()
+    assert [r.key for r in records] == [b"ep12"]
+    command = decode_control(records[0].value)
+    assert (command.job_id, command.request_id, command.reason) == ("ep12", None, "recut")
+    assert command.requested_at is not None
+    bad = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "voicefactory", "cancel", "--request", "a b"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "request_id 'a b'" in bad.stderr
