@@ -119,8 +119,10 @@ class ControlReader:
         self._on_command = on_command or (lambda _result: None)
         self.applied = 0
 
-    async def start(self) -> list[TopicPartition]:
-        """Assign every partition and position each at the start of the replay window."""
+    async def start(self, catch_up_s: float = 10.0) -> list[TopicPartition]:
+        """Assign every partition, position each at the start of the replay window, and read
+        up to where the topic ended when this began (at most `catch_up_s`), so the cancels
+        made before a restart are known before the first request is fetched."""
         consumer = self._consumer
         partitions: set[int] = set()
         if self._topic in await consumer.topics() and self._partitions_for is not None:
@@ -139,21 +141,34 @@ class ControlReader:
                 await consumer.seek_to_end(tp)
             else:
                 consumer.seek(tp, hit.offset)
+        ends = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + catch_up_s
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            if time.monotonic() > deadline:
+                log.warning("control topic %s: replay not finished in %.0f s; going on",
+                            self._topic, catch_up_s)
+                break
+            await self._read_once(timeout_ms=200)
+        log.info("control topic %s: %d partitions, %d cancels remembered", self._topic,
+                 len(tps), len(self._registry))
         return tps
 
     async def run(self) -> None:
         while True:
-            try:
-                batches = await self._consumer.getmany(timeout_ms=500)
-            except KafkaError as exc:
-                log.warning("reading %s failed: %s", self._topic, exc)
-                await asyncio.sleep(1.0)
-                continue
-            for records in batches.values():
-                for rec in records:
-                    self.handle(rec.value, timestamp_ms=rec.timestamp,
-                                where={"topic": rec.topic, "partition": rec.partition,
-                                       "offset": rec.offset})
+            await self._read_once(timeout_ms=500)
+
+    async def _read_once(self, *, timeout_ms: int) -> None:
+        try:
+            batches = await self._consumer.getmany(timeout_ms=timeout_ms)
+        except KafkaError as exc:
+            log.warning("reading %s failed: %s", self._topic, exc)
+            await asyncio.sleep(1.0)
+            return
+        for records in batches.values():
+            for rec in records:
+                self.handle(rec.value, timestamp_ms=rec.timestamp,
+                            where={"topic": rec.topic, "partition": rec.partition,
+                                   "offset": rec.offset})
 
     def handle(self, raw: bytes | None, *, timestamp_ms: int,
                where: dict[str, Any] | None = None) -> ControlCommand | None:

@@ -171,6 +171,23 @@ async def test_a_cancelled_job_closes_as_soon_as_its_last_line_is_answered_cance
         c.index for c in event.clips if c.status == "succeeded"]
 
 
+async def test_a_cancel_made_while_no_worker_ran_applies_to_the_backlog_it_finds(
+        settings: Settings, voices: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    s = settings.with_overrides(engine={"name": "bench"})
+    job_id = f"night-{uuid.uuid4().hex[:6]}"
+    lines = [SynthesisRequest(request_id=f"{job_id}-{i:04d}", voice_id=voices[i % 3],
+                              text="Produced before the cancel, fetched after.",
+                              language="en", job=JobRef(id=job_id, index=i, total=20))
+             for i in range(20)]
+    await produce(s, lines)
+    assert await cancel_command(s, request_id=None, job_id=job_id, reason=None) == 0
+    async with RunningWorker(s) as running:  # replays tts.control before it fetches
+        engine_texts = _count_engine_texts(running, monkeypatch)
+        results = await wait_for_answers(s, {r.request_id for r in lines}, 60)
+    assert {r.status for r in results} == {"cancelled"} and len(results) == 20
+    assert engine_texts == []
+
+
 async def test_a_request_produced_after_its_cancel_is_never_synthesized(
         settings: Settings, voices: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     s = settings.with_overrides(engine={"name": "bench"})
