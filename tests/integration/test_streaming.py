@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import signal
 import sys
 import time
 import uuid
@@ -21,7 +23,8 @@ from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline.audio import decode, speech_seconds
 from tests.integration.conftest import RunningWorker
-from tests.integration.workers import REPO, worker_env
+from tests.integration.test_worker_faults import _wait_log
+from tests.integration.workers import REPO, start_worker, wait_for_answers, worker_env
 from topics.chunks import REPLY_PARTITION, AudioChunk, read_chunk
 from topics.events import SynthesisRequest, SynthesisResult, decode_result, encode
 from topics.partitioning import partition_for
@@ -188,3 +191,75 @@ async def test_say_stream_writes_the_chunks_and_reports_the_first_one(
                                          "--timeout", "60")
     assert code == 1
     assert "rejected: voice_not_found" in stderr
+    whole = tmp_path / "whole.flac"  # without --stream: the stored object, downloaded
+    code, stdout, stderr = await run_say(settings, "Hello.", "--voice", voice, "--format",
+                                         "flac", "--out", str(whole), "--timeout", "60")
+    assert code == 0, stderr
+    assert f"-> {whole} (s3://" in stdout and decode(whole.read_bytes()).duration_s > 0.3
+
+
+async def follow_chunks(settings: Settings, request_id: str, until: Any,
+                        timeout_s: float) -> list[AudioChunk]:
+    """The chunk records of `request_id` from the start of its partition, read until
+    `until(chunks)` is true."""
+    topic = topic_names(settings.kafka.topic_prefix).audio
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, partition_for(request_id, AUDIO.partitions))
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        chunks: list[AudioChunk] = []
+        deadline = time.monotonic() + timeout_s
+        while not until(chunks):
+            assert time.monotonic() < deadline, f"gave up after {len(chunks)} chunks"
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                chunks += [read_chunk(r.key, r.value, r.headers) for r in records
+                           if r.key == request_id.encode()]
+        return chunks
+    finally:
+        await consumer.stop()
+
+
+async def test_kill_9_mid_stream_restarts_the_stream_as_a_new_attempt(
+        settings: Settings, voice: str, tmp_path: Path) -> None:
+    # RTF 1 with 0.25-s windows: an 8-s clip streams for 8 s, time enough to kill it.
+    env = {"VF_ENGINE": "bench", "VF_BENCH_FIRST_CHUNK_MS": "200",
+           "VF_BENCH_PER_AUDIO_SECOND_MS": "1000", "VF_BENCH_CHUNK_SECONDS": "0.25"}
+    request = streamed(voice, text="A long streamed line that the first worker never "
+                                   "finishes, because it is killed while it is speaking it.")
+    first = start_worker(settings, "stream-a", tmp_path / "a.log", **env)
+    second = None
+    try:
+        await _wait_log(tmp_path / "a.log", "assigned partitions", 90)
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic_names(settings.kafka.topic_prefix).requests,
+                                         encode(request), key=voice.encode())
+        finally:
+            await producer.stop()
+        await follow_chunks(settings, request.request_id, lambda c: len(c) >= 3, 60)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+        second = start_worker(settings, "stream-b", tmp_path / "b.log", **env)
+        chunks = await follow_chunks(settings, request.request_id,
+                                     lambda c: bool(c) and c[-1].final, 120)
+        [result] = [r for r in await wait_for_answers(settings, {request.request_id}, 30)
+                    if r.request_id == request.request_id]
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    attempts = list(dict.fromkeys(c.attempt for c in chunks))
+    assert len(attempts) == 2, attempts  # the killed one, then the redelivery's
+    killed = [c for c in chunks if c.attempt == attempts[0]]
+    answered = [c for c in chunks if c.attempt == attempts[1]]
+    assert [c.seq for c in killed] == list(range(len(killed))) and not killed[-1].final
+    assert [c.seq for c in answered] == list(range(len(answered)))
+    assert answered[-1].final and answered[-1].status == "succeeded"
+    assert attempts[0].startswith("1-") and attempts[1].startswith("1-")  # both first tries
+    assert result.status == "succeeded"
+    pcm, _ = stored_pcm(settings, result)
+    assert np.array_equal(np.frombuffer(b"".join(c.data for c in answered), "<i2"), pcm)
