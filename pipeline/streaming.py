@@ -277,8 +277,10 @@ class StreamStages(ProcessorCore):
         for start in range(0, len(samples), step):
             if sink.cancelled():
                 return  # the answer stays the stored object's: it exists
+            if not start:
+                p.timings["first_chunk"] = ms(time.perf_counter() - p.started) + \
+                    p.timings["queued"]
             sink.chunk(samples[start:start + step].astype("<i2").tobytes(), int(rate))
-        p.timings["first_chunk"] = p.timings["queued"]
 
     def _cancelled(self, p: Pending, sent: int) -> SynthesisResult:
         return self._answer(p, "cancelled", error=ErrorInfo(

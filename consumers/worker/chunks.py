@@ -88,6 +88,8 @@ class ChunkStream:
         self.attempt = attempt
         self.lane = lane
         self._reply = reply_partition
+        self._partition: int | None = None
+        self._resolved = False  # _partition looked up (once: a bad one warns once)
         self._consumed_at = consumed_at
         self.seq = 0
         self.sample_rate = 0
@@ -100,7 +102,7 @@ class ChunkStream:
 
     async def send(self, pcm: bytes, sample_rate: int) -> None:
         """Chunk records for `pcm`, enqueued in order; raises if the producer refuses."""
-        partition = await self._pub.partition_for(self._reply)
+        partition = await self._target()
         pieces = [pcm[i:i + MAX_RECORD_BYTES] for i in range(0, len(pcm), MAX_RECORD_BYTES)]
         for piece in pieces:
             headers = chunk_headers(seq=self.seq, attempt=self.attempt,
@@ -131,7 +133,7 @@ class ChunkStream:
         tries = 0
         while True:
             try:
-                partition = await self._pub.partition_for(self._reply)
+                partition = await self._target()
                 delivery = await self._pub.producer.send(
                     self._pub.topic, b"", key=self.request_id.encode(), partition=partition,
                     headers=headers)
@@ -144,6 +146,13 @@ class ChunkStream:
                             extra={"request_id": self.request_id})
                 await asyncio.sleep(delay)
         self.closed = True
+
+
+    async def _target(self) -> int | None:
+        if not self._resolved:
+            self._partition = await self._pub.partition_for(self._reply)
+            self._resolved = True
+        return self._partition
 
 
 class ThreadSink:
