@@ -54,7 +54,7 @@ from consumers.worker.inflight import InFlightRequest
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
-from consumers.worker.streams import StreamRunner, wants_stream
+from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from pipeline.synthesis import Received, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
@@ -248,7 +248,7 @@ class SynthesisWorker:
                 self._spawn(self._cp.answer(tp, rec, result=result))
             return
         stamp = datetime.fromtimestamp(rec.timestamp / 1000, UTC)
-        self.batcher.put(request.voice_id, InFlightRequest(rec, tp, request, stamp))
+        self.batcher.put(queue_key(request), InFlightRequest(rec, tp, request, stamp))
 
     # -- synthesis ---------------------------------------------------------------------
 
@@ -259,11 +259,10 @@ class SynthesisWorker:
             except BatcherClosed:
                 return
             reqs = [r for r in reqs if self._owned(r)]
-            batch = [r for r in reqs if not r.request.stream]
-            runs = [self._run_stream(r) for r in reqs if r.request.stream]
-            if batch:
-                runs.append(self._run_batch(batch))
-            await asyncio.gather(*runs)
+            if len(reqs) == 1 and reqs[0].request.stream:  # alone in its lane (queue_key)
+                await self._run_stream(reqs[0])
+            elif reqs:
+                await self._run_batch(reqs)
 
     async def _run_stream(self, req: InFlightRequest) -> None:
         assert self.streams is not None, "built in run()"
@@ -333,7 +332,7 @@ class SynthesisWorker:
             if self._stopping.is_set():  # shutting down: the next start redelivers it
                 cp.abandon(req.tp, req.record.offset)
                 return
-            self.batcher.put(req.request.voice_id, req)
+            self.batcher.put(queue_key(req.request), req)
 
         self._spawn(later())
 

@@ -1,7 +1,8 @@
 """Streamed requests in the worker: each through process_stream on its own, chunks to
 tts.audio as they are made, the final record before the result.
 
-dispatcher (loop.py) -> StreamRunner.run(req): a new ChunkStream for this attempt
+worker queue: a lane of its own per streamed request (queue_key) -> a dispatcher (loop.py)
+-> StreamRunner.run(req): a new ChunkStream for this attempt
 (chunks.py) -> processor.process_stream in a thread, its sink publishing every chunk ->
 the outcome back to the loop's retry and answer logic -> StreamRunner.answer: the attempt's
 final record (status, error code), acknowledged -> only then Checkpoint.answer (result
@@ -33,6 +34,15 @@ from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisRequest, SynthesisResult
 
 log = logging.getLogger(__name__)
+
+
+def queue_key(request: SynthesisRequest) -> str:
+    """The worker queue's lane: the voice, so its requests batch together; a streamed
+    request is a lane of its own, so it is never batched and goes as soon as a dispatcher
+    is free."""
+    if request.stream:
+        return f"{request.voice_id}\x00stream\x00{request.request_id}"
+    return request.voice_id
 
 
 def wants_stream(value: bytes | None) -> bool:

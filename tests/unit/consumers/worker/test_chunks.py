@@ -11,7 +11,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from consumers.metrics import WorkerMetrics
 from consumers.worker.chunks import MAX_RECORD_BYTES, ChunkPublisher, lane_of
-from consumers.worker.streams import StreamRunner, wants_stream
+from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from tests.unit.consumers.worker.fakes import (
     NAMES,
     P0,
@@ -21,7 +21,7 @@ from tests.unit.consumers.worker.fakes import (
     record,
 )
 from topics.chunks import REPLY_PARTITION, read_chunk
-from topics.events import ErrorInfo, SynthesisResult
+from topics.events import ErrorInfo, SynthesisRequest, SynthesisResult
 
 
 def publisher(producer: FakeProducer, metrics: WorkerMetrics | None = None) -> ChunkPublisher:
@@ -128,6 +128,15 @@ def test_lanes_and_stream_requests_are_told_apart() -> None:
     assert wants_stream(b'{"request_id": "r", "stream": true, "text": 5}')
     assert not wants_stream(b'{"stream": "yes"}') and not wants_stream(b"not json")
     assert not wants_stream(None)
+
+
+def test_a_streamed_request_is_a_queue_lane_of_its_own() -> None:
+    def key(request_id: str, stream: bool) -> str:
+        return queue_key(SynthesisRequest(request_id=request_id, voice_id="v", text="t",
+                                          stream=stream))
+
+    assert key("a", False) == key("b", False) == "v"  # batched by voice
+    assert len({key("a", True), key("b", True), key("a", False)}) == 3
 
 
 def answer(status: str) -> SynthesisResult:
