@@ -147,6 +147,26 @@ async def test_the_reply_partition_is_honoured_and_bench_windows_are_chunks(
     assert np.array_equal(np.frombuffer(b"".join(c.data for c in chunks), "<i2"), pcm)
 
 
+async def test_streams_of_one_voice_at_once_stay_apart(
+        settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_BENCH_CHUNK_SECONDS", "0.2")
+    monkeypatch.setenv("VF_BENCH_PER_AUDIO_SECOND_MS", "100")
+    s = settings.with_overrides(engine={"name": "bench"})
+    requests = [streamed(voice, text=f"Line {i} of four, streamed at once. " * (i + 1))
+                for i in range(4)]
+    async with RunningWorker(s) as running:
+        answers = await asyncio.gather(*(stream_request(s, r) for r in requests))
+        engine = running.runtime.engine
+    for request, (records, result, _) in zip(requests, answers, strict=True):
+        assert result.status == "succeeded", result.error
+        assert result.request_id == request.request_id
+        chunks = chunks_of(records)
+        assert [c.seq for c in chunks] == list(range(len(chunks))) and chunks[-1].final
+        pcm, _ = stored_pcm(s, result)
+        assert np.array_equal(np.frombuffer(b"".join(c.data for c in chunks), "<i2"), pcm)
+    assert getattr(engine, "max_concurrent_seen", 0) == 2  # max_inflight streams at once
+
+
 async def test_a_rejected_stream_request_still_ends_its_stream(
         settings: Settings, worker: RunningWorker) -> None:
     names = topic_names(settings.kafka.topic_prefix)
