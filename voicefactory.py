@@ -145,25 +145,14 @@ def _voices_check(path: Path) -> int:
 
 
 def cmd_say(args: argparse.Namespace) -> int:
-    from consumers.clients.produce import new_request_id, request_and_wait
-    from consumers.wiring import make_store
+    from consumers.clients.produce import new_request_id
+    from consumers.clients.say import say
     from topics.events import SynthesisRequest
 
-    settings = _settings(args)
     request = SynthesisRequest(request_id=args.request_id or new_request_id(),
                                voice_id=args.voice, text=args.text, language=args.language,
-                               format=args.format, instruct=args.instruct)
-    [result] = asyncio.run(request_and_wait(settings, [request], timeout_s=args.timeout)).values()
-    if result.status != "succeeded" or result.audio is None:
-        err = result.error
-        print(f"{result.status}: {err.code if err else ''}: {err.message if err else ''}",
-              file=sys.stderr)
-        return EXIT_FAIL
-    out = Path(args.out or f"{request.request_id}.{request.format}")
-    out.write_bytes(make_store(settings.store).get(result.audio.key) or b"")
-    print(f"{result.audio.duration_s:.2f} s -> {out} (s3://{result.audio.bucket}/"
-          f"{result.audio.key})")
-    return EXIT_OK
+                               format=args.format, instruct=args.instruct, stream=args.stream)
+    return say(_settings(args), request, out=args.out, timeout_s=args.timeout)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -307,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--out")
     say.add_argument("--request-id")
     say.add_argument("--timeout", type=float, default=120.0)
+    say.add_argument("--stream", action="store_true", help="stream: write audio chunks to --out "
+                     "(WAV, or bare PCM for .raw/.pcm) as they arrive, print time to first chunk")
     say.set_defaults(func=cmd_say)
 
     submit = common(sub.add_parser("submit", help="produce requests from a JSONL file"))

@@ -8,12 +8,14 @@ offset done. (Named for what it is; a `Job` in this product is a video script.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 
+from consumers.worker.chunks import ChunkStream
 from topics.events import SynthesisRequest
 
 
@@ -25,6 +27,8 @@ class InFlightRequest:
     stamp: datetime  # the record's broker timestamp: when the request was received
     attempt: int = 1
     first_failure: float | None = None  # monotonic time of the first retryable failure
+    consumed_at: float = field(default_factory=time.monotonic)  # taken off its topic
+    stream: ChunkStream | None = None  # a streamed request's current attempt (streams.py)
 
     def ctx(self) -> dict[str, Any]:
         """The log fields every line about this request carries."""

@@ -14,6 +14,8 @@
         v                                                                     v
     Checkpoint.answer (checkpoint.py): step 2, Publisher (publisher.py) sends and waits
         for acks=all -> step 3, offset done (OffsetTracker, offsets.py)
+    ("stream": true: each on its own through StreamRunner (streams.py), chunks to
+    tts.audio as they come, the final chunk record acknowledged before step 2)
         │
         v
     commit loop (here, every 0.5 s): step 4, Checkpoint.commit: contiguous done offsets
@@ -47,10 +49,12 @@ from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings
 from consumers.worker.batching import BatcherClosed, VoiceBatcher
 from consumers.worker.checkpoint import Checkpoint
+from consumers.worker.chunks import ChunkPublisher
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
+from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from pipeline.synthesis import Received, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
@@ -85,6 +89,7 @@ class SynthesisWorker:
             capacity=s.queue_capacity, idle=lambda: self._running_batches < s.max_inflight)
         self.heartbeat = Heartbeat()
         self.checkpoint: Checkpoint | None = None  # built in run(), around the Kafka clients
+        self.streams: StreamRunner | None = None  # likewise
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # handles only, to cancel at the drain
         self._consumer: Any = None
@@ -145,6 +150,10 @@ class SynthesisWorker:
         self._consumer = consumer
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
                                      publisher=Publisher(producer=producer, names=self._names))
+        self.streams = StreamRunner(
+            chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
+                                  metrics=self.metrics),
+            processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics)
         consumer.subscribe([self._names.requests], listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,
             grace_s=s.revoke_grace_seconds))
@@ -240,10 +249,13 @@ class SynthesisWorker:
                 self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))))
                 return
             result = self._processor.answers.rejected(exc)
-            self._spawn(self._cp.answer(tp, rec, result=result))
+            if wants_stream(rec.value) and self.streams is not None:  # its reader waits
+                self._spawn(self.streams.answer(tp, rec, result=result))
+            else:
+                self._spawn(self._cp.answer(tp, rec, result=result))
             return
         stamp = datetime.fromtimestamp(rec.timestamp / 1000, UTC)
-        self.batcher.put(request.voice_id, InFlightRequest(rec, tp, request, stamp))
+        self.batcher.put(queue_key(request), InFlightRequest(rec, tp, request, stamp))
 
     # -- synthesis ---------------------------------------------------------------------
 
@@ -254,8 +266,19 @@ class SynthesisWorker:
             except BatcherClosed:
                 return
             reqs = [r for r in reqs if self._owned(r)]
-            if reqs:
+            if len(reqs) == 1 and reqs[0].request.stream:  # alone in its lane (queue_key)
+                await self._run_stream(reqs[0])
+            elif reqs:
                 await self._run_batch(reqs)
+
+    async def _run_stream(self, req: InFlightRequest) -> None:
+        assert self.streams is not None, "built in run()"
+        self._running_batches += 1  # device work, as a batch is: the batcher's idle()
+        try:
+            outcome = await self.streams.run(req)
+        finally:
+            self._running_batches -= 1
+        self._settle(req, outcome)
 
     async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
         now_ms = time.time() * 1000
@@ -276,15 +299,18 @@ class SynthesisWorker:
             self.metrics.set_inflight(self._running_batches)
         self.metrics.on_batch_done(len(reqs), time.perf_counter() - started)
         for req, outcome in zip(reqs, outcomes, strict=True):
-            if isinstance(outcome, SynthesisResult):
-                self._finish(req, outcome)
-            elif not self._give_up(req, outcome):
-                self._retry_later(req, outcome)
-            else:
-                log.error("failed after %d attempts: %s", req.attempt, outcome, extra=req.ctx())
-                failed = self._processor.answers.failed(req.request, outcome, req.attempt)
-                self.metrics.on_dlq(outcome.code.value)
-                self._finish(req, failed, dlq=dead_letter(req.record, str(outcome)))
+            self._settle(req, outcome)
+
+    def _settle(self, req: InFlightRequest, outcome: SynthesisResult | VoiceFactoryError) -> None:
+        if isinstance(outcome, SynthesisResult):
+            self._finish(req, outcome)
+        elif not self._give_up(req, outcome):
+            self._retry_later(req, outcome)
+        else:
+            log.error("failed after %d attempts: %s", req.attempt, outcome, extra=req.ctx())
+            failed = self._processor.answers.failed(req.request, outcome, req.attempt)
+            self.metrics.on_dlq(outcome.code.value)
+            self._finish(req, failed, dlq=dead_letter(req.record, str(outcome)))
 
     def _give_up(self, req: InFlightRequest, error: VoiceFactoryError) -> bool:
         now = time.monotonic()
@@ -313,7 +339,7 @@ class SynthesisWorker:
             if self._stopping.is_set():  # shutting down: the next start redelivers it
                 cp.abandon(req.tp, req.record.offset)
                 return
-            self.batcher.put(req.request.voice_id, req)
+            self.batcher.put(queue_key(req.request), req)
 
         self._spawn(later())
 
@@ -326,6 +352,10 @@ class SynthesisWorker:
         self.metrics.observe_stages(result.timings_ms)
         if result.rtf:
             self.metrics.observe_rtf(result.rtf)
+        if req.request.stream and self.streams is not None:  # the final chunk record first
+            self._spawn(self.streams.answer(req.tp, req.record, result=result, dlq=dlq,
+                                            stream=req.stream))
+            return
         self._spawn(self._cp.answer(req.tp, req.record, result=result, dlq=dlq))  # steps 2-3
 
     def _owned(self, req: InFlightRequest) -> bool:
