@@ -77,22 +77,49 @@ def backlog_for(bound_rps: float, seconds: float, margin: float = 1.5) -> int:
     return math.ceil(bound_rps * seconds * margin)
 
 
+# Where an answered request's time went, from its result's `timings_ms`; publish is the
+# rest of end to end (result produced and read back). `profile` and `synthesis` include the
+# wait for an engine slot (the processor resolves and synthesizes under its device slots).
+STAGES = ("queued", "profile", "synthesis", "encode", "upload", "publish")
+
+
 @dataclass
 class Sample:
     """End-to-end (or first-chunk) latencies of one phase's requests, in ms."""
 
     answered_ms: list[float] = field(default_factory=list)
     unanswered: int = 0  # no answer within the wait
+    stages: dict[str, list[float]] = field(default_factory=dict)  # STAGES -> ms each
+
+    def add_stages(self, e2e_ms: float, timings_ms: Mapping[str, float]) -> None:
+        """One answered request's stage timings (see STAGES)."""
+        for stage in STAGES:
+            value = (e2e_ms - timings_ms.get("total", e2e_ms) if stage == "publish"
+                     else timings_ms.get(stage, 0.0))
+            self.stages.setdefault(stage, []).append(max(0.0, value))
+
+    def stage_cells(self) -> list[str]:
+        """`p50 / p99` per stage, '-' where none was answered."""
+        cells = []
+        for stage in STAGES:
+            values = self.stages.get(stage, [])
+            cells.append(f"{Sample(values).percentile(50):.1f} / "
+                         f"{Sample(values).percentile(99):.1f}" if values else "-")
+        return cells
 
     @classmethod
-    def of(cls, ids: Iterable[str], sent: Mapping[str, float],
-           arrived: Mapping[str, float]) -> Sample:
+    def of(cls, ids: Iterable[str], sent: Mapping[str, float], arrived: Mapping[str, float],
+           timings: Mapping[str, Mapping[str, float]] | None = None) -> Sample:
         """Latency (arrived - sent) of each ID, in ms; IDs without an arrival are
-        unanswered. `sent` and `arrived` are wall times from the same process's clock."""
+        unanswered. `sent` and `arrived` are wall times from the same process's clock;
+        `timings`, each answer's `timings_ms` by ID, fills `stages`."""
         out = cls()
         for rid in ids:
             if rid in arrived:
-                out.answered_ms.append((arrived[rid] - sent[rid]) * 1000)
+                e2e = (arrived[rid] - sent[rid]) * 1000
+                out.answered_ms.append(e2e)
+                if timings is not None and rid in timings:
+                    out.add_stages(e2e, timings[rid])
             else:
                 out.unanswered += 1
         return out

@@ -31,6 +31,7 @@ figures are computed in `bench.lanefigures`.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from typing import Any
 
 from bench.harness import BenchContext, Load, ResultLog, warm
 from bench.lanefigures import (
+    STAGES,
     Sample,
     backlog_for,
     engine_bound_rps,
@@ -126,7 +128,8 @@ class Phases:
             self.notes.append(f"{name}: no answer within {timeout:.0f} s of the last send "
                               f"for {len(missing)} of {len(ids)} interactive requests (does "
                               f"the worker read tts.requests.interactive?)")
-        return Sample.of(ids, self.calls.sent, self.answered_at())
+        timings = {rid: r.timings_ms for rid, (_, r) in self.results.first.items()}
+        return Sample.of(ids, self.calls.sent, self.answered_at(), timings)
 
     async def first_chunks(self, name: str, ids: list[str], wait_s: float) -> Sample:
         """Up to `wait_s` for the first chunks still missing; produce -> first audio record
@@ -239,6 +242,11 @@ def outcome(plan: Plan, bound: float, idle: Sample, streamed: Sample, first: Sam
     ]
     table = md_table(["phase", "lane", "offered", "answered", "p50 ms", "p99 ms",
                       "batch answers/s in the window"], rows)
+    table += "\n\nWhere the interactive requests' time went (ms, p50 / p99; profile and " \
+        "synthesis include the wait for an engine slot):\n\n" + md_table(
+            ["phase", *STAGES], [["1 idle", *idle.stage_cells()],
+                                 ["2 streamed", *streamed.stage_cells()],
+                                 ["4 mixed", *loaded.stage_cells()]])
     table += "\n\n" + md_table(["figure", "target", "measured", "verdict"], verdicts(figures))
     chunks = [st.chunks for st in streams]
     notes = [*notes,
@@ -289,11 +297,11 @@ def plot(series: dict[str, Any], ax: Any) -> None:
     lead, window = series["lead_s"], series["window_s"]
     for key, label in (("solo_answers", f"solo ({series['solo_rps']}/s)"),
                        ("mixed_answers", f"with interactive ({series['loaded_rps']}/s)")):
-        bins = [0] * int(lead + window + 1)
+        bins = [0] * math.ceil(lead + window)
         for t in series[key]:
             if 0 <= t < len(bins):
                 bins[int(t)] += 1
-        right.step(range(len(bins)), bins, where="post", label=label)
+        right.step(range(len(bins) + 1), [*bins, bins[-1]], where="post", label=label)
     right.axvspan(lead, lead + window, color="grey", alpha=0.15, label="window")
     right.set_xlabel("seconds after the backlog was produced")
     right.set_ylabel("batch answers a second")

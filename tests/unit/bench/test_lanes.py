@@ -6,6 +6,7 @@ import pytest
 
 from bench import lanes
 from bench.lanefigures import (
+    STAGES,
     Sample,
     backlog_for,
     engine_bound_rps,
@@ -75,6 +76,20 @@ def test_a_sample_is_arrival_minus_send_and_counts_the_unanswered() -> None:
     sample = Sample.of(["a", "b", "c"], sent, {"a": 10.25, "b": 11.5})
     assert sample.answered_ms == [250.0, 500.0]
     assert sample.unanswered == 1 and sample.count == 3
+
+
+def test_stages_come_from_the_answers_timings_and_publish_is_the_rest() -> None:
+    sent = {"a": 0.0, "b": 0.0, "c": 0.0}
+    timings = {"a": {"queued": 5.0, "profile": 700.0, "synthesis": 100.0, "encode": 1.0,
+                     "upload": 4.0, "total": 810.0},
+               "b": {"queued": 3.0, "synthesis": 100.0, "total": 103.0}}
+    sample = Sample.of(["a", "b", "c"], sent, {"a": 0.82, "b": 0.11}, timings)
+    assert sample.stages["profile"] == [700.0, 0.0]  # a stage not reported counts as 0
+    assert [round(v, 6) for v in sample.stages["publish"]] == [10.0, 7.0]
+    cells = dict(zip(STAGES, sample.stage_cells(), strict=True))
+    assert cells["synthesis"] == "100.0 / 100.0"
+    assert cells["queued"] == "4.0 / 5.0"  # p99 of 3 and 5: 4.98
+    assert Sample([], unanswered=3).stage_cells() == ["-"] * len(STAGES)
 
 
 def test_percentiles_match_the_stats_module_when_all_are_answered() -> None:
