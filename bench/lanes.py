@@ -81,7 +81,7 @@ class Plan:
     mixed_backlog: int | None  # queued batch lines at the start of phase 4; None: sized
 
 
-QUICK = Plan(idle_s=20, stream_s=10, lead_s=3, window_s=12, answer_timeout_s=10,
+QUICK = Plan(idle_s=20, stream_s=15, lead_s=3, window_s=12, answer_timeout_s=10,
              mixed_backlog=None)
 FULL = Plan(idle_s=60, stream_s=60, lead_s=5, window_s=120, answer_timeout_s=30,
             mixed_backlog=10_000)
