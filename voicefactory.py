@@ -83,7 +83,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from consumers.wiring import build_worker
 
     logs.configure(args.log_format)
-    worker = build_worker(_settings(args)).worker
+    worker = build_worker(_settings(args), load=False).worker
 
     async def run() -> None:
         worker.install_signal_handlers()

@@ -39,6 +39,7 @@ from bench.cpu import LEDGER
 from bench.harness import BenchContext
 from bench.outcome import Figure, Outcome
 from bench.stack import LocalStack
+from consumers import logs
 from consumers.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -201,6 +202,9 @@ def main(settings: Settings, *, stack: LocalStack, quick: bool, only: Sequence[s
     """`stack`: the local stack the CLI hands in (bench/ does not import deploy/)."""
     if not stack.all_answering():
         raise RuntimeError("the local stack is not answering; run `voicefactory dev up` first")
+    # Warnings and errors of the bench's own clients, formatted and with bursts folded (the
+    # fault runs stop the broker on purpose); the workers log to files under work_dir.
+    logs.configure("text", "WARNING")
     figures, outcomes, errors = asyncio.run(
         run_all(settings, stack=stack, quick=quick, only=only, work_dir=work_dir, out=out))
     plots = draw(outcomes, plots_dir) if plots_dir is not None else {}

@@ -60,23 +60,22 @@ from topics.validation import decode_request
 log = logging.getLogger(__name__)
 
 
-def _engine_loaded() -> bool:
-    # A RequestProcessor is built around an engine that is already loaded; wiring that loads
-    # the engine after the health server starts passes its own `engine_ready`.
-    return True
-
-
 class SynthesisWorker:
     def __init__(self, *, settings: Settings, processor: RequestProcessor,
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
                  commit_interval_s: float = 0.5,
-                 engine_ready: Callable[[], bool] | None = None) -> None:
+                 engine_ready: Callable[[], bool] | None = None,
+                 warm_up: Callable[[], None] | None = None) -> None:
         s = settings.worker
         self._settings = settings
         self._processor = processor
         self._names = topic_names(settings.kafka.topic_prefix)
         self.metrics = metrics or WorkerMetrics()
-        self._engine_ready = engine_ready or _engine_loaded
+        # Without a loader the processor's engine came loaded; with one (`warm_up`, run in a
+        # thread by run() once /healthz answers), `engine_ready` says when it is done.
+        self._engine_ready = engine_ready or (lambda: True)
+        self._warm_up = warm_up
+        self._warming = False
         self._commit_interval_s = commit_interval_s
         self.retry = RetryPolicy(max_attempts=s.max_attempts,
                                  storage_retry_s=s.storage_retry_seconds,
@@ -123,6 +122,19 @@ class SynthesisWorker:
 
     async def run(self) -> None:
         s = self._settings.worker
+        if s.metrics_port >= 0:
+            self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
+                                       metrics=self.metrics, liveness=self.liveness,
+                                       readiness=self.readiness)
+            await self.health.start()
+        if self._warm_up is not None:
+            # Load before joining the group: a member that cannot serve takes no partition.
+            self._warming = True
+            try:
+                await asyncio.to_thread(self._warm_up)
+            finally:
+                self._warming = False
+            self.heartbeat.beat()
         consumer = make_consumer(
             self._settings.kafka, group_id=s.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", group_instance_id=s.instance_id or None,
@@ -138,11 +150,6 @@ class SynthesisWorker:
             grace_s=s.revoke_grace_seconds))
         await producer.start()
         await consumer.start()
-        if s.metrics_port >= 0:
-            self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
-                                       metrics=self.metrics, liveness=self.liveness,
-                                       readiness=self.readiness)
-            await self.health.start()
         log.info("worker %s consuming %s as group %s (max_inflight %d, max_batch %d)",
                  s.instance_id, self._names.requests, s.group_id, s.max_inflight, s.max_batch)
         loops = [asyncio.create_task(self._fetch_loop(), name="fetch"),
@@ -342,10 +349,10 @@ class SynthesisWorker:
             self._cp.update_lag()
 
     def liveness(self) -> tuple[bool, dict[str, object]]:
-        """/healthz: the fetch loop beat within 30 s."""
-        alive = self.heartbeat.alive(30.0)
-        return alive, {"event_loop": True, "fetch_loop_heartbeat_age_s": round(
-            self.heartbeat.age(), 2)}
+        """/healthz: the fetch loop beat within 30 s, or the engine is still loading."""
+        alive = self._warming or self.heartbeat.alive(30.0)
+        return alive, {"event_loop": True, "engine_loading": self._warming,
+                       "fetch_loop_heartbeat_age_s": round(self.heartbeat.age(), 2)}
 
     async def readiness(self) -> tuple[bool, dict[str, object]]:
         """/readyz: engine loaded (as `engine_ready` reports it), broker and store reachable,
