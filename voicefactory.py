@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
     bench.add_argument("suite", nargs="?", choices=["all", "assignors", "peers"], default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
-                            "memory, faults, peers (docs/benchmarks.md); "
+                            "memory, faults, lanes, peers (docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
                             "peers: only nginx + model servers against the fleet")
     bench.add_argument("--quick", action="store_true",
@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults", "peers"],
+                                "memory", "faults", "lanes", "peers"],
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

@@ -29,6 +29,7 @@ from bench import (
     cache,
     capacity,
     faults,
+    lanes,
     memory,
     overhead,
     peers,
@@ -45,7 +46,8 @@ log = logging.getLogger(__name__)
 
 BENCHES: dict[str, ModuleType] = {
     "overhead": overhead, "capacity": capacity, "cache": cache, "restart": restart,
-    "batching": batching, "memory": memory, "faults": faults, "peers": peers,
+    "batching": batching, "memory": memory, "faults": faults, "lanes": lanes,
+    "peers": peers,  # last: it starts eight processes of its own
 }
 
 # The keys issue 8 names; each is in the JSON even when its measurement did not run.
@@ -62,6 +64,11 @@ REQUIRED = (
     "peers_nginx_p99_ms_at_70", "peers_vf_p99_ms_at_70",
     "peers_nginx_profile_builds", "peers_vf_profile_builds",
     "peers_nginx_kill9_lost", "peers_vf_kill9_lost", "cpu_ms_per_request",
+    # issue 14: the interactive lane beside a batch backlog, and the first streamed chunk.
+    "lanes_interactive_idle_p99_ms", "lanes_interactive_loaded_p99_ms",
+    "lanes_interactive_p99_ratio", "lanes_batch_solo_rps", "lanes_batch_loaded_rps",
+    "lanes_batch_share", "first_chunk_p50_ms", "first_chunk_p99_ms",
+    "first_chunk_overhead_p99_ms",
 )
 
 
