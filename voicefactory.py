@@ -57,7 +57,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from consumers.wiring import build_worker
 
     logs.configure(args.log_format)
-    worker = build_worker(_settings(args)).worker
+    worker = build_worker(_settings(args), load=False).worker
 
     async def run() -> None:
         worker.install_signal_handlers()
@@ -119,26 +119,15 @@ def _voices_check(path: Path) -> int:
 
 
 def cmd_say(args: argparse.Namespace) -> int:
-    from consumers.clients.produce import new_request_id, request_and_wait
-    from consumers.wiring import make_store
+    from consumers.clients.produce import new_request_id
+    from consumers.clients.say import say
     from topics.events import SynthesisRequest
 
-    settings = _settings(args)
     request = SynthesisRequest(request_id=args.request_id or new_request_id(),
                                voice_id=args.voice, text=args.text, language=args.language,
-                               format=args.format, instruct=args.instruct)
-    [result] = asyncio.run(request_and_wait(settings, [request], timeout_s=args.timeout,
-                                            interactive=args.interactive)).values()
-    if result.status != "succeeded" or result.audio is None:
-        err = result.error
-        print(f"{result.status}: {err.code if err else ''}: {err.message if err else ''}",
-              file=sys.stderr)
-        return EXIT_FAIL
-    out = Path(args.out or f"{request.request_id}.{request.format}")
-    out.write_bytes(make_store(settings.store).get(result.audio.key) or b"")
-    print(f"{result.audio.duration_s:.2f} s -> {out} (s3://{result.audio.bucket}/"
-          f"{result.audio.key})")
-    return EXIT_OK
+                               format=args.format, instruct=args.instruct, stream=args.stream)
+    return say(_settings(args), request, out=args.out, timeout_s=args.timeout,
+               interactive=args.interactive)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -292,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--timeout", type=float, default=120.0)
     interactive = "produce to tts.requests.interactive, the lane workers serve first"
     say.add_argument("--interactive", action="store_true", help=interactive)
+    say.add_argument("--stream", action="store_true", help="stream: write audio chunks to --out "
+                     "(WAV, or bare PCM for .raw/.pcm) as they arrive, print time to first chunk")
     say.set_defaults(func=cmd_say)
 
     submit = common(sub.add_parser("submit", help="produce requests from a JSONL file"))
@@ -310,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
     bench.add_argument("suite", nargs="?", choices=["all", "assignors", "peers"], default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
-                            "memory, faults, peers (docs/benchmarks.md); "
+                            "memory, faults, lanes, peers (docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
                             "peers: only nginx + model servers against the fleet")
     bench.add_argument("--quick", action="store_true",
@@ -318,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults", "peers"],
+                                "memory", "faults", "lanes", "peers"],
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

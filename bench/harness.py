@@ -39,7 +39,7 @@ from pipeline.voices import sniff_extension
 from topics.admin import admin_client, create_topics
 from topics.events import SynthesisRequest, SynthesisResult, VoiceRegistration, decode_result
 from topics.events import encode as encode_event
-from topics.specs import REQUESTS, RESULTS, topic_names
+from topics.specs import REQUESTS, RESULTS, TopicSpec, topic_names
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,12 @@ class BenchContext:
     def pick(self, quick: Any, full: Any) -> Any:
         return quick if self.quick else full
 
-    async def settings(self, name: str, *, engine: str = "bench", **worker: Any) -> Settings:
-        """Fresh topics (requests and results) under a prefix of their own, a group, the
-        engine and `worker` overrides (WorkerSettings fields: max_batch=4, ...)."""
+    async def settings(self, name: str, *, engine: str = "bench",
+                       specs: tuple[TopicSpec, ...] = (REQUESTS, RESULTS),
+                       **worker: Any) -> Settings:
+        """Fresh topics (`specs`: requests and results unless told) under a prefix of their
+        own, a group, the engine and `worker` overrides (WorkerSettings fields: max_batch=4,
+        ...)."""
         prefix = f"bench-{name}-{uuid.uuid4().hex[:6]}."
         s = self.base.with_overrides(
             kafka={"topic_prefix": prefix}, engine={"name": engine},
@@ -88,10 +91,10 @@ class BenchContext:
         admin = admin_client(s.kafka.bootstrap)
         await admin.start()
         try:
-            await create_topics(admin, prefix=prefix, specs=(REQUESTS, RESULTS))
+            await create_topics(admin, prefix=prefix, specs=specs)
         finally:
             await admin.close()
-        self.topics += [prefix + REQUESTS.name, prefix + RESULTS.name]
+        self.topics += [prefix + spec.name for spec in specs]
         return s
 
     async def cleanup(self) -> None:
@@ -206,11 +209,12 @@ def remove_bucket(settings: Settings) -> None:
 # -- load and answers --------------------------------------------------------------------
 
 class Load:
-    """Produces requests keyed by voice ID (as every producer must) and notes send times."""
+    """Produces requests keyed by voice ID (as every producer must) and notes send times;
+    to the batch lane (tts.requests) unless `topic` names another (the interactive lane)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, topic: str | None = None) -> None:
         self._settings = settings
-        self._topic = topic_names(settings.kafka.topic_prefix).requests
+        self._topic = topic or topic_names(settings.kafka.topic_prefix).requests
         self._producer: Any = None
         self.sent: dict[str, float] = {}  # request_id -> wall time of the send call
         self.acked: set[str] = set()

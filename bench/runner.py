@@ -29,6 +29,7 @@ from bench import (
     cache,
     capacity,
     faults,
+    lanes,
     memory,
     overhead,
     peers,
@@ -38,13 +39,15 @@ from bench.cpu import LEDGER
 from bench.harness import BenchContext
 from bench.outcome import Figure, Outcome
 from bench.stack import LocalStack
+from consumers import logs
 from consumers.settings import Settings
 
 log = logging.getLogger(__name__)
 
 BENCHES: dict[str, ModuleType] = {
     "overhead": overhead, "capacity": capacity, "cache": cache, "restart": restart,
-    "batching": batching, "memory": memory, "faults": faults, "peers": peers,
+    "batching": batching, "memory": memory, "faults": faults, "lanes": lanes,
+    "peers": peers,  # last: it starts eight processes of its own
 }
 
 # The keys issue 8 names; each is in the JSON even when its measurement did not run.
@@ -61,6 +64,11 @@ REQUIRED = (
     "peers_nginx_p99_ms_at_70", "peers_vf_p99_ms_at_70",
     "peers_nginx_profile_builds", "peers_vf_profile_builds",
     "peers_nginx_kill9_lost", "peers_vf_kill9_lost", "cpu_ms_per_request",
+    # issue 14: the interactive lane beside a batch backlog, and the first streamed chunk.
+    "lanes_interactive_idle_p99_ms", "lanes_interactive_loaded_p99_ms",
+    "lanes_interactive_p99_ratio", "lanes_batch_solo_rps", "lanes_batch_loaded_rps",
+    "lanes_batch_share", "first_chunk_p50_ms", "first_chunk_p99_ms",
+    "first_chunk_overhead_p99_ms",
 )
 
 
@@ -194,6 +202,9 @@ def main(settings: Settings, *, stack: LocalStack, quick: bool, only: Sequence[s
     """`stack`: the local stack the CLI hands in (bench/ does not import deploy/)."""
     if not stack.all_answering():
         raise RuntimeError("the local stack is not answering; run `voicefactory dev up` first")
+    # Warnings and errors of the bench's own clients, formatted and with bursts folded (the
+    # fault runs stop the broker on purpose); the workers log to files under work_dir.
+    logs.configure("text", "WARNING")
     figures, outcomes, errors = asyncio.run(
         run_all(settings, stack=stack, quick=quick, only=only, work_dir=work_dir, out=out))
     plots = draw(outcomes, plots_dir) if plots_dir is not None else {}

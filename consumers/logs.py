@@ -1,13 +1,17 @@
 """Log set-up: one JSON object a line (for Loki) or plain text for people.
 
 Message context travels in `extra=` (request_id, voice_id, partition, offset, stage) and
-becomes top-level JSON keys.
+becomes top-level JSON keys. A `RepeatFilter` on the handler keeps a burst of one message
+template to a few lines a window: with the broker down, aiokafka retries its metadata update
+without a pause and logs each failure (aio-libs/aiokafka#496), about 1,500 lines a second.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
@@ -40,8 +44,38 @@ class TextFormatter(logging.Formatter):
         return f"{base} [{context}]" if context else base
 
 
+class RepeatFilter(logging.Filter):
+    """Lets `burst` records of one (logger, template) through per `window_s`; the first one
+    after a window that dropped some says how many were left out."""
+
+    def __init__(self, *, burst: int = 5, window_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._burst, self._window_s, self._clock = burst, window_s, clock
+        self._seen: dict[tuple[str, object], list[float]] = {}  # key -> [start, count, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        now = self._clock()
+        state = self._seen.get(key)
+        if state is None or now - state[0] >= self._window_s:
+            dropped = 0 if state is None else int(state[2])
+            if len(self._seen) > 1000:  # templates are few; IDs live in the args, not here
+                self._seen.clear()
+            self._seen[key] = [now, 1, 0]
+            if dropped:
+                record.msg = f"{record.msg} (and {dropped} more like it left out)"
+            return True
+        state[1] += 1
+        if state[1] <= self._burst:
+            return True
+        state[2] += 1
+        return False
+
+
 def configure(fmt: str = "json", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RepeatFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else
                          TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()

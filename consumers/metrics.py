@@ -24,6 +24,10 @@ Metric names and labels (the dashboard and alert contract):
     vf_lane_requests_total{lane,status}        answers by lane; status="expired" counts the
                                                requests whose deadline passed
     vf_control_commands_total{result}          tts.control records: applied|invalid|expired
+    vf_first_chunk_seconds{lane,since}         streamed requests: record consumed -> first
+                                               chunk sent (since="consumed"), engine call ->
+                                               first chunk (since="engine")
+    vf_audio_chunks_total{lane}                chunk records sent to tts.audio
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["CONTENT_TYPE", "CONTROL_RESULTS", "LANES", "PROFILE_RESULTS", "REBALANCE_KINDS",
-           "STAGES", "STATUSES", "WorkerMetrics"]
+__all__ = ["CONTENT_TYPE", "CONTROL_RESULTS", "FIRST_CHUNK_SINCE", "LANES", "PROFILE_RESULTS",
+           "REBALANCE_KINDS", "STAGES", "STATUSES", "WorkerMetrics"]
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +47,15 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 STATUSES = ("succeeded", "failed", "rejected", "expired", "cancelled")
-LANES = ("interactive", "batch")
 CONTROL_RESULTS = ("applied", "invalid", "expired")
 STAGES = ("queued", "profile", "synthesis", "encode", "upload", "total")
 PROFILE_RESULTS = ("hit", "store", "miss")
 REBALANCE_KINDS = ("assigned", "revoked")
+LANES = ("batch", "interactive")
+FIRST_CHUNK_SINCE = ("consumed", "engine")
+# 10 ms .. 10 s: a first chunk is a fraction of a second when things go well.
+FIRST_CHUNK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75,
+                       1.0, 1.5, 2.5, 5.0, 10.0)
 
 # 1 ms .. 60 s, roughly x2-x2.5 apart: a cache hit and a long synthesis both land in a bucket.
 STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -109,6 +117,15 @@ class WorkerMetrics:
                 self._lane_answers.labels(lane=lane, status=status)
         for result in CONTROL_RESULTS:
             self._control.labels(result=result)
+        self._first_chunk = Histogram("vf_first_chunk_seconds",
+                                      "Time to the first audio chunk of a streamed request",
+                                      ["lane", "since"], buckets=FIRST_CHUNK_BUCKETS, registry=r)
+        self._chunks = Counter("vf_audio_chunks", "Audio chunk records sent to tts.audio",
+                               ["lane"], registry=r)
+        for lane in LANES:
+            self._chunks.labels(lane=lane)
+            for since in FIRST_CHUNK_SINCE:
+                self._first_chunk.labels(lane=lane, since=since)
         # Pre-create the closed label sets so dashboards see zeros rather than gaps.
         for stage in STAGES:
             self._stage.labels(stage=stage)
@@ -200,6 +217,14 @@ class WorkerMetrics:
     def on_rebalance(self, kind: str, n: int) -> None:
         """`n` partitions were assigned or revoked in one rebalance."""
         self._rebalances.labels(kind=kind).inc(max(0, n))
+
+    # -- streamed requests -------------------------------------------------------------------
+    def on_first_chunk(self, lane: str, since: str, seconds: float) -> None:
+        """`since` is "consumed" (the record taken off the topic) or "engine" (engine call)."""
+        self._first_chunk.labels(lane=lane, since=since).observe(max(0.0, seconds))
+
+    def on_chunks(self, lane: str, n: int = 1) -> None:
+        self._chunks.labels(lane=lane).inc(n)
 
     # -- exposition ------------------------------------------------------------------------
     def render(self) -> tuple[bytes, str]:

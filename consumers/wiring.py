@@ -14,13 +14,14 @@ loading any of them.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings, StoreSettings
-from pipeline.storage import ObjectStore
+from pipeline.storage import DEFAULT_POOL_SIZE, ObjectStore
 
 if TYPE_CHECKING:
     from consumers.aggregator.app import JobAggregator
@@ -29,10 +30,10 @@ if TYPE_CHECKING:
     from pipeline.synthesis import RequestProcessor
 
 
-def make_store(store: StoreSettings) -> ObjectStore:
+def make_store(store: StoreSettings, *, pool_size: int = DEFAULT_POOL_SIZE) -> ObjectStore:
     return ObjectStore(endpoint=store.endpoint, access_key=store.access_key,
                        secret_key=store.secret_key.reveal(), bucket=store.bucket,
-                       region=store.region)
+                       region=store.region, pool_size=pool_size)
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,13 @@ class WorkerRuntime:
     worker: SynthesisWorker
 
 
-def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
+def build_worker(settings: Settings, *, load: bool = True,
+                 **worker_options: Any) -> WorkerRuntime:
     """Everything `voicefactory worker` runs; `worker_options` go to SynthesisWorker
-    (retry_base_s in tests). The engine and the speaker encoder load here, before the
-    worker joins its group, so no partition is assigned to a process that cannot serve."""
+    (retry_base_s in tests). The engine and the speaker encoder load before the worker joins
+    its group, so no partition is assigned to a process that cannot serve: here (`load`), or
+    with `load=False` inside `worker.run()` after its health server started, so /readyz says
+    `engine_loaded: false` (and /healthz stays alive) while a large model loads."""
     from consumers.worker.gate import LaneGate
     from consumers.worker.loop import SynthesisWorker
     from pipeline.engines import create_engine
@@ -61,13 +65,23 @@ def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
 
     w = settings.worker
     gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share)  # device slots, by lane
-    store = make_store(settings.store)
+    # One keep-alive connection for each thread that can talk to S3 at once: the 3 x
+    # max_inflight dispatchers (lanes.dispatcher_lanes), the profile store and a spare
+    # (docs/benchmarks.md, capacity).
+    store = make_store(settings.store, pool_size=max(DEFAULT_POOL_SIZE, 3 * w.max_inflight + 2))
     engine = create_engine(settings.engine.name, settings.engine.options())
-    engine.load()
     metrics = WorkerMetrics()
     encoder = SpeakerEncoder(device="cuda" if settings.engine.device.startswith("cuda")
                              else "cpu")
-    encoder.load()  # at start-up, so the first request of a voice does not pay for it
+    loaded = threading.Event()
+
+    def warm_up() -> None:
+        engine.load()
+        encoder.load()  # at start-up, so the first request of a voice does not pay for it
+        loaded.set()
+
+    if load:
+        warm_up()
     cache = ProfileCache(max_entries=w.profile_cache_entries,
                          max_bytes=w.profile_cache_mb * 2**20)
     profiles = ProfileResolver(store=store, engine=engine, cache=cache, encoder=encoder,
@@ -82,6 +96,7 @@ def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
                                  quality_encoder=encoder if w.quality_checks == "on" else None,
                                  on_oom_split=metrics.on_oom_retry)
     worker = SynthesisWorker(settings=settings, processor=processor, metrics=metrics,
+                             engine_ready=loaded.is_set, warm_up=None if load else warm_up,
                              device_gate=gate, **worker_options)
     return WorkerRuntime(settings=settings, store=store, engine=engine, processor=processor,
                          metrics=metrics, worker=worker)

@@ -109,7 +109,7 @@ class ControlReader:
                  on_cancel: Callable[[ControlCommand], None],
                  on_command: Callable[[str], None] | None = None,
                  partitions_for: Callable[[str], Awaitable[set[int]]] | None = None) -> None:
-        self._consumer = consumer  # an AIOKafkaConsumer without a group, started by the caller
+        self._consumer = consumer  # an AIOKafkaConsumer without a group; start() starts it
         # The topic's partitions: a producer's partitions_for (a consumer without a
         # subscription has no public way to fetch them).
         self._partitions_for = partitions_for
@@ -120,10 +120,12 @@ class ControlReader:
         self.applied = 0
 
     async def start(self, catch_up_s: float = 10.0) -> list[TopicPartition]:
-        """Assign every partition, position each at the start of the replay window, and read
-        up to where the topic ended when this began (at most `catch_up_s`), so the cancels
-        made before a restart are known before the first request is fetched."""
+        """Start the consumer, assign every partition, position each at the start of the
+        replay window, and read up to where the topic ended when this began (at most
+        `catch_up_s`), so the cancels made before a restart are known before the first
+        request is fetched."""
         consumer = self._consumer
+        await consumer.start()
         partitions: set[int] = set()
         if self._topic in await consumer.topics() and self._partitions_for is not None:
             partitions = await self._partitions_for(self._topic)
@@ -156,6 +158,9 @@ class ControlReader:
     async def run(self) -> None:
         while True:
             await self._read_once(timeout_ms=500)
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
 
     async def _read_once(self, *, timeout_ms: int) -> None:
         try:

@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 
 from consumers.worker.batching import Lane
+from consumers.worker.chunks import ChunkStream
 from pipeline.synthesis import Received
 from topics.events import SynthesisRequest
 
@@ -33,6 +34,8 @@ class InFlightRequest:
     first_failure: float | None = None  # monotonic time of the first retryable failure
     lane: Lane = "batch"
     queued_at: float = field(default_factory=time.monotonic)  # last put in the batcher
+    consumed_at: float = field(default_factory=time.monotonic)  # taken off its topic
+    stream: ChunkStream | None = None  # a streamed request's current attempt (streams.py)
 
     @property
     def request_id(self) -> str:

@@ -24,11 +24,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 
 from consumers.metrics import WorkerMetrics
 from consumers.worker.batching import LANES, Lane, VoiceBatcher
@@ -109,6 +109,16 @@ def observe_waits(metrics: WorkerMetrics, taken: Iterable[InFlightRequest]) -> N
     now = time.monotonic()
     for req in taken:
         metrics.observe_lane_wait(req.lane, now - req.queued_at)
+
+
+def in_flight(rec: ConsumerRecord[bytes, bytes], tp: TopicPartition,
+              request: SynthesisRequest, names: TopicNames, deadline_s: float) -> InFlightRequest:
+    """A decoded request as the worker tracks it: its lane from the record's topic, the
+    record's broker time as when it was received, the interactive lane's default deadline."""
+    stamp = datetime.fromtimestamp(rec.timestamp / 1000, UTC)
+    lane = lane_of(rec.topic, names)
+    return InFlightRequest(rec, tp, with_lane_deadline(request, lane, stamp, deadline_s), stamp,
+                           lane=lane)
 
 
 def with_lane_deadline(request: SynthesisRequest, lane: Lane, received: datetime,

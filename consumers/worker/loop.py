@@ -16,6 +16,8 @@
         v                                                                     v
     Checkpoint.answer (checkpoint.py): step 2, Publisher (publisher.py) sends and waits
         for acks=all -> step 3, offset done (OffsetTracker, offsets.py)
+    ("stream": true: each on its own through StreamRunner (streams.py), chunks to
+    tts.audio as they come, the final chunk record acknowledged before step 2)
         │
         v
     commit loop (here, every 0.5 s): step 4, Checkpoint.commit: contiguous done offsets
@@ -36,10 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -53,11 +53,14 @@ from consumers.worker import lanes
 from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
-from consumers.worker.gate import BatchThreads, LaneGate
+from consumers.worker.chunks import ChunkPublisher
+from consumers.worker.gate import LANE, BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
+from consumers.worker.lifecycle import WorkerLifecycle
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
+from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from pipeline.synthesis import Outcome, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
@@ -67,24 +70,23 @@ from topics.validation import decode_request
 log = logging.getLogger(__name__)
 
 
-def _engine_loaded() -> bool:
-    # A RequestProcessor is built around an engine that is already loaded; wiring that loads
-    # the engine after the health server starts passes its own `engine_ready`.
-    return True
-
-
-class SynthesisWorker:
+class SynthesisWorker(WorkerLifecycle):
     def __init__(self, *, settings: Settings, processor: RequestProcessor,
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
                  commit_interval_s: float = 0.5, device_gate: LaneGate | None = None,
-                 engine_ready: Callable[[], bool] | None = None) -> None:
+                 engine_ready: Callable[[], bool] | None = None,
+                 warm_up: Callable[[], None] | None = None) -> None:
         s = settings.worker
         self._settings = settings
         self._processor = processor
         self._threads = BatchThreads(device_gate, len(lanes.dispatcher_lanes(s.max_inflight)))
         self._names = topic_names(settings.kafka.topic_prefix)
         self.metrics = metrics or WorkerMetrics()
-        self._engine_ready = engine_ready or _engine_loaded
+        # Without a loader the processor's engine came loaded; with one (`warm_up`, run in a
+        # thread by run() once /healthz answers), `engine_ready` says when it is done.
+        self._engine_ready = engine_ready or (lambda: True)
+        self._warm_up = warm_up
+        self._warming = False
         self._commit_interval_s = commit_interval_s
         self.retry = RetryPolicy(max_attempts=s.max_attempts,
                                  storage_retry_s=s.storage_retry_seconds,
@@ -98,6 +100,7 @@ class SynthesisWorker:
                                          answers=lambda: processor.answers, finish=self._finish)
         self.heartbeat = Heartbeat()
         self.checkpoint: Checkpoint | None = None  # built in run(), around the Kafka clients
+        self.streams: StreamRunner | None = None  # likewise
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()  # handles only, to cancel at the drain
         self._consumer: Any = None
@@ -120,21 +123,21 @@ class SynthesisWorker:
     def stop(self) -> None:
         self._stopping.set()
 
-    def install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        if self._stopping.is_set():
-            log.warning("second %s: exiting at once without draining", sig.name)
-            raise SystemExit(1)
-        log.info("%s received: draining in-flight work (up to %.0f s), then committing",
-                 sig.name, self._settings.worker.drain_seconds)
-        self._stopping.set()
-
     async def run(self) -> None:
         s = self._settings.worker
+        if s.metrics_port >= 0:
+            self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
+                                       metrics=self.metrics, liveness=self.liveness,
+                                       readiness=self.readiness)
+            await self.health.start()
+        if self._warm_up is not None:
+            # Load before joining the group: a member that cannot serve takes no partition.
+            self._warming = True
+            try:
+                await asyncio.to_thread(self._warm_up)
+            finally:
+                self._warming = False
+            self.heartbeat.beat()
         consumer = make_consumer(
             self._settings.kafka, group_id=s.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", group_instance_id=s.instance_id or None,
@@ -142,28 +145,26 @@ class SynthesisWorker:
             heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
             max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor))
         producer = make_producer(self._settings.kafka, linger_ms=2)
-        # Not in the group: every worker reads every command (cancellation.py says why).
-        control = make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False)
+        reader = ControlReader(  # not in the group: every worker reads every command
+            consumer=make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False),
+            topic=self._names.control, registry=self.cancels, on_cancel=self._canceller.on_cancel,
+            on_command=self.metrics.on_control, partitions_for=producer.partitions_for)
         self._consumer = consumer
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
                                      publisher=Publisher(producer=producer, names=self._names))
+        self.streams = StreamRunner(
+            chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
+                                  metrics=self.metrics),
+            processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics)
+        self.streams.cancelled = lambda r: self.cancels.is_cancelled(
+            r.request_id, r.job.id if r.job else None)  # between chunks
         lanes.check_assignor(s.assignor)
         consumer.subscribe(lanes.lane_topics(self._names), listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,
             grace_s=s.revoke_grace_seconds))
         await producer.start()
-        await control.start()
-        reader = ControlReader(consumer=control, topic=self._names.control,
-                               registry=self.cancels, on_cancel=self._canceller.on_cancel,
-                               on_command=self.metrics.on_control,
-                               partitions_for=producer.partitions_for)
         await reader.start()
         await consumer.start()
-        if s.metrics_port >= 0:
-            self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
-                                       metrics=self.metrics, liveness=self.liveness,
-                                       readiness=self.readiness)
-            await self.health.start()
         log.info("worker %s consuming %s as group %s (max_inflight %d, max_batch %d)",
                  s.instance_id, " + ".join(lanes.lane_topics(self._names)), s.group_id,
                  s.max_inflight, s.max_batch)
@@ -178,7 +179,7 @@ class SynthesisWorker:
         finally:
             await self._drain(loops, dispatchers)
             await consumer.stop()
-            await control.stop()
+            await reader.stop()
             await producer.stop()
             self._threads.shutdown()
             if self.health is not None:
@@ -257,15 +258,15 @@ class SynthesisWorker:
                 self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))))
                 return
             result = self._processor.answers.rejected(exc)
-            self._spawn(self._cp.answer(tp, rec, result=result))
+            if wants_stream(rec.value) and self.streams is not None:  # its reader waits
+                self._spawn(self.streams.answer(tp, rec, result=result))
+            else:
+                self._spawn(self._cp.answer(tp, rec, result=result))
             return
-        stamp = datetime.fromtimestamp(rec.timestamp / 1000, UTC)
-        lane = lanes.lane_of(rec.topic, self._names)
-        request = lanes.with_lane_deadline(request, lane, stamp,
-                                           self._settings.worker.interactive_deadline_s)
-        req = InFlightRequest(rec, tp, request, stamp, lane=lane)
+        req = lanes.in_flight(rec, tp, request, self._names,
+                              self._settings.worker.interactive_deadline_s)
         if not self._canceller.cancel_if_named(req):
-            self.batcher.put(request.voice_id, req, lane)
+            self.batcher.put(queue_key(req.request), req, req.lane)
 
     # -- synthesis ---------------------------------------------------------------------
 
@@ -277,8 +278,20 @@ class SynthesisWorker:
                 return
             lanes.observe_waits(self.metrics, reqs)
             reqs = [r for r in reqs if self._owned(r) and not self._canceller.cancel_if_named(r)]
-            if reqs:
+            if len(reqs) == 1 and reqs[0].request.stream:  # alone in its queue (queue_key)
+                await self._run_stream(reqs[0])
+            elif reqs:
                 await self._run_batch(reqs)
+
+    async def _run_stream(self, req: InFlightRequest) -> None:
+        assert self.streams is not None, "built in run()"
+        self._running_batches += 1  # device work, as a batch is: the batcher's idle()
+        LANE.set(req.lane)  # its device slots by lane too: to_thread carries the context
+        try:
+            outcome = await self.streams.run(req)
+        finally:
+            self._running_batches -= 1
+        self._settle(req, outcome)
 
     async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
         def process() -> list[Outcome]:  # in a batch thread, holding its lane's slot if any
@@ -299,15 +312,18 @@ class SynthesisWorker:
             self.metrics.set_inflight(self._running_batches)
         self.metrics.on_batch_done(len(reqs), time.perf_counter() - started)
         for req, outcome in zip(reqs, outcomes, strict=True):
-            if isinstance(outcome, SynthesisResult):
-                self._finish(req, outcome)
-            elif not self._give_up(req, outcome):
-                self._retry_later(req, outcome)
-            else:
-                log.error("failed after %d attempts: %s", req.attempt, outcome, extra=req.ctx())
-                failed = self._processor.answers.failed(req.request, outcome, req.attempt)
-                self.metrics.on_dlq(outcome.code.value)
-                self._finish(req, failed, dlq=dead_letter(req.record, str(outcome)))
+            self._settle(req, outcome)
+
+    def _settle(self, req: InFlightRequest, outcome: SynthesisResult | VoiceFactoryError) -> None:
+        if isinstance(outcome, SynthesisResult):
+            self._finish(req, outcome)
+        elif not self._give_up(req, outcome):
+            self._retry_later(req, outcome)
+        else:
+            log.error("failed after %d attempts: %s", req.attempt, outcome, extra=req.ctx())
+            failed = self._processor.answers.failed(req.request, outcome, req.attempt)
+            self.metrics.on_dlq(outcome.code.value)
+            self._finish(req, failed, dlq=dead_letter(req.record, str(outcome)))
 
     def _give_up(self, req: InFlightRequest, error: VoiceFactoryError) -> bool:
         now = time.monotonic()
@@ -338,7 +354,7 @@ class SynthesisWorker:
                 return
             if not self._canceller.cancel_if_named(req):
                 req.queued_at = time.monotonic()
-                self.batcher.put(req.request.voice_id, req, req.lane)
+                self.batcher.put(queue_key(req.request), req, req.lane)
 
         self._spawn(later())
 
@@ -352,6 +368,10 @@ class SynthesisWorker:
         self.metrics.observe_stages(result.timings_ms)
         if result.rtf:
             self.metrics.observe_rtf(result.rtf)
+        if req.request.stream and self.streams is not None:  # the final chunk record first
+            self._spawn(self.streams.answer(req.tp, req.record, result=result, dlq=dlq,
+                                            stream=req.stream))
+            return
         self._spawn(self._cp.answer(req.tp, req.record, result=result, dlq=dlq))  # steps 2-3
 
     def _owned(self, req: InFlightRequest) -> bool:
@@ -366,32 +386,10 @@ class SynthesisWorker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- commits, lag, health ----------------------------------------------------------
+    # -- commits and lag (health probes and signals: lifecycle.py) ----------------------
 
     async def _commit_loop(self) -> None:
         while True:
             await asyncio.sleep(self._commit_interval_s)
             await self._cp.commit()  # step 4
             self._cp.update_lag()
-
-    def liveness(self) -> tuple[bool, dict[str, object]]:
-        """/healthz: the fetch loop beat within 30 s."""
-        alive = self.heartbeat.alive(30.0)
-        return alive, {"event_loop": True, "fetch_loop_heartbeat_age_s": round(
-            self.heartbeat.age(), 2)}
-
-    async def readiness(self) -> tuple[bool, dict[str, object]]:
-        """/readyz: engine loaded (as `engine_ready` reports it), broker and store reachable,
-        partitions assigned, not draining."""
-        store_ok = await asyncio.to_thread(self._processor.store_reachable)
-        broker_ok = max(self._last_fetch_ok,
-                        self.checkpoint.last_commit_ok if self.checkpoint else 0.0)
-        checks: dict[str, object] = {
-            "engine_loaded": bool(self._engine_ready()),
-            "broker": time.monotonic() - broker_ok < 30.0,
-            "store": store_ok,
-            "assignment": bool(self._consumer and self._consumer.assignment()),
-            "draining": self._stopping.is_set(),
-        }
-        ready = all(checks[k] for k in ("engine_loaded", "broker", "store", "assignment"))
-        return ready and not self._stopping.is_set(), checks

@@ -105,7 +105,8 @@ def check_generation(generation: int, root: Path, source: str, device: str) -> d
         "providers": model.frontend.speech_tokenizer_session.get_providers(),
     }
     chunks = list(engine.synthesize_stream(profile, item))
-    result["stream_ok"] = bool(chunks) and all(c.dtype == np.float32 for c in chunks)
+    result["stream_ok"] = bool(chunks) and all(c.samples.dtype == np.float32
+                                                and c.sample_rate == 24000 for c in chunks)
 
     def exhaust_memory(**kwargs: Any) -> Any:
         if cuda:  # a real allocation failure on the device, inside upstream's LLM thread

@@ -1,12 +1,15 @@
 """The engine protocol every synthesizer implements (DESIGN.md "Engines").
 
 load() once at start-up -> profile(reference, prompt_text) per voice -> synthesize(batch)
-for groups of requests of one voice. Engines raise `VoiceFactoryError` with `engine_error`
-(retryable) or `unsupported_language` (not retryable).
+for groups of requests of one voice, or synthesize_stream(item) for one sentence of a
+streamed request (`Audio` chunks in order, as the engine makes them; concatenated, they are
+the sentence's clip). Engines raise `VoiceFactoryError` with `engine_error` (retryable) or
+`unsupported_language` (not retryable).
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -14,6 +17,9 @@ import numpy as np
 
 from pipeline.audio import Audio
 from topics.errors import ErrorCode, LocalError, VoiceFactoryError
+
+# What synthesize_stream implementations return: a generator, so a caller can close() it.
+AudioStream = Generator[Audio, None, None]
 
 
 class EngineUnavailable(LocalError, RuntimeError):
@@ -124,3 +130,12 @@ class Synthesizer(Protocol):
                 prompt_text: str | None, measures: VoiceMeasures) -> Profile: ...
 
     def synthesize(self, profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]: ...
+
+    def synthesize_stream(self, profile: Profile, item: SynthesisItem) -> Iterator[Audio]:
+        """One item as a stream of mono float32 chunks, in order, all at one sample rate.
+
+        Errors are raised as in synthesize, before the first chunk or between chunks. The
+        caller may stop early: closing the iterator (a generator's close()) releases what
+        the engine holds for the call.
+        """
+        ...

@@ -12,6 +12,13 @@ time spent making the audio counts towards the cost. Markers in a text inject fa
 `[[bench:fail]]` raises a retryable engine error, `[[bench:oom]]` an out-of-memory on any
 batch holding it, `[[bench:oom-batch]]` an out-of-memory only on batches of two or more (so
 the split-and-retry path succeeds). It clones nothing; never the default engine.
+
+synthesize_stream(profile, item): the same clip as synthesize makes for the item, handed
+out in windows of `chunk_seconds` (the last one shorter), paced like a streaming GPU model:
+the first window `first_chunk_ms` after the call started, each later one
+`per_audio_second_ms * its seconds` after the one before (deadlines from the start, so
+sleep jitter does not add up). VF_BENCH_PER_AUDIO_SECOND_MS=100 is a real-time factor of
+0.1. base_ms and per_item_ms do not apply to streams.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import numpy.typing as npt
 
 from pipeline.audio import Audio, Samples
 from pipeline.engines.base import (
+    AudioStream,
     Capabilities,
     EngineOutOfMemory,
     Profile,
@@ -55,18 +63,24 @@ class BenchEngine:
 
     def __init__(self, *, base_ms: float = 0.0, per_item_ms: float = 0.0,
                  per_audio_second_ms: float = 0.0, seconds_per_char: float = 0.06,
+                 first_chunk_ms: float = 0.0, chunk_seconds: float = 0.5,
                  fail_texts: bool = True) -> None:
         for knob, value in (("base_ms", base_ms), ("per_item_ms", per_item_ms),
-                            ("per_audio_second_ms", per_audio_second_ms)):
+                            ("per_audio_second_ms", per_audio_second_ms),
+                            ("first_chunk_ms", first_chunk_ms)):
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{knob} must be a finite number >= 0, got {value!r}")
         if not math.isfinite(seconds_per_char) or seconds_per_char <= 0:
             raise ValueError(f"seconds_per_char must be a finite number > 0, "
                              f"got {seconds_per_char!r}")
+        if not math.isfinite(chunk_seconds) or chunk_seconds <= 0:
+            raise ValueError(f"chunk_seconds must be a finite number > 0, got {chunk_seconds!r}")
         self.base_ms = base_ms
         self.per_item_ms = per_item_ms
         self.per_audio_second_ms = per_audio_second_ms
         self.seconds_per_char = seconds_per_char
+        self.first_chunk_ms = first_chunk_ms  # streams: time to the first chunk
+        self.chunk_seconds = chunk_seconds  # streams: audio per chunk
         self.fail_texts = fail_texts  # honour the [[bench:...]] fault markers
         # Counters for tests and load reports; synthesize runs in several threads at once.
         self._lock = threading.Lock()
@@ -77,8 +91,9 @@ class BenchEngine:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> BenchEngine:
-        """Knobs from VF_BENCH_BASE_MS, VF_BENCH_PER_ITEM_MS, VF_BENCH_PER_AUDIO_SECOND_MS
-        and VF_BENCH_SECONDS_PER_CHAR; unset or empty means the default."""
+        """Knobs from VF_BENCH_BASE_MS, VF_BENCH_PER_ITEM_MS, VF_BENCH_PER_AUDIO_SECOND_MS,
+        VF_BENCH_SECONDS_PER_CHAR and, for streams, VF_BENCH_FIRST_CHUNK_MS and
+        VF_BENCH_CHUNK_SECONDS; unset or empty means the default."""
         env = os.environ if environ is None else environ
 
         def number(name: str, default: float) -> float:
@@ -93,13 +108,15 @@ class BenchEngine:
         return cls(base_ms=number("VF_BENCH_BASE_MS", 0.0),
                    per_item_ms=number("VF_BENCH_PER_ITEM_MS", 0.0),
                    per_audio_second_ms=number("VF_BENCH_PER_AUDIO_SECOND_MS", 0.0),
-                   seconds_per_char=number("VF_BENCH_SECONDS_PER_CHAR", 0.06))
+                   seconds_per_char=number("VF_BENCH_SECONDS_PER_CHAR", 0.06),
+                   first_chunk_ms=number("VF_BENCH_FIRST_CHUNK_MS", 0.0),
+                   chunk_seconds=number("VF_BENCH_CHUNK_SECONDS", 0.5))
 
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(languages=("*",),
                             modes=("zero_shot", "cross_lingual", "instruct", "sft"),
-                            batching=True, streaming=False,
+                            batching=True, streaming=True,
                             cloning="none: synthetic audio at a pitch derived from the voice",
                             speech=False)
 
@@ -140,6 +157,39 @@ class BenchEngine:
             if left > 0:
                 time.sleep(left)
             return out
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def stream_schedule(self, seconds: list[float]) -> list[float]:
+        """When each chunk of `seconds` of audio is due, in seconds after the call started."""
+        due: list[float] = []
+        at = self.first_chunk_ms / 1000
+        for index, length in enumerate(seconds):
+            if index:
+                at += self.per_audio_second_ms * length / 1000
+            due.append(at)
+        return due
+
+    def synthesize_stream(self, profile: Profile, item: SynthesisItem) -> AudioStream:
+        started = time.perf_counter()
+        with self._lock:
+            self._running += 1
+            self.calls += 1
+            self.items += 1
+            self.max_concurrent_seen = max(self.max_concurrent_seen, self._running)
+        try:
+            if self.fail_texts:
+                self._inject_faults([item])
+            samples = self._audio(profile, item).samples
+            window = max(1, round(self.chunk_seconds * SAMPLE_RATE))
+            pieces = [samples[i:i + window] for i in range(0, len(samples), window)]
+            due = self.stream_schedule([len(p) / SAMPLE_RATE for p in pieces])
+            for piece, at in zip(pieces, due, strict=True):
+                left = at - (time.perf_counter() - started)
+                if left > 0:
+                    time.sleep(left)
+                yield Audio(samples=piece, sample_rate=SAMPLE_RATE)
         finally:
             with self._lock:
                 self._running -= 1

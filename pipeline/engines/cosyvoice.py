@@ -15,8 +15,8 @@ synthesize(profile, batch): profile tensors -> torch on the model's device -> th
   request's speed, text_frontend=False: our front-end has normalised and split the text) ->
   the generator's chunks concatenated -> Audio at model.sample_rate. A sentence of
   punctuation only is a short silence, never a model call.
-synthesize_stream(profile, item): the same call with stream=True, one float32 array per
-  chunk upstream yields.
+synthesize_stream(profile, item): the same call with stream=True, one `Audio` a chunk; at a
+  speed other than 1.0 (upstream's is for whole clips) the item comes whole as one chunk.
 Out-of-memory errors, in the caller's thread or upstream's LLM thread, become
 `EngineOutOfMemory` (the worker splits the batch); other failures are retryable
 `engine_error`s. With a speaker id, instruct2 would take the transcript as the instruction,
@@ -40,6 +40,7 @@ import numpy as np
 
 from pipeline.audio import Audio, Samples, encode_wav
 from pipeline.engines.base import (
+    AudioStream,
     Capabilities,
     EngineUnavailable,
     Profile,
@@ -266,22 +267,21 @@ class CosyVoiceEngine:
         finally:
             plan.after_batch()
 
-    def synthesize_stream(self, profile: Profile,
-                          item: SynthesisItem) -> Generator[Samples, None, None]:
-        """One item through upstream's stream=True path: float32 mono arrays at
-        `sample_rate`, in order, as upstream yields them. Close the iterator (or run it out)
+    def synthesize_stream(self, profile: Profile, item: SynthesisItem) -> AudioStream:
+        """One item through upstream's stream=True path: mono float32 `Audio` at
+        `sample_rate`, in order, as upstream yields it. Close the iterator (or run it out)
         to release the voice's speaker slot. Thread-safe: each call has its own streaming
-        state (cosyvoice_runtime). Upstream changes speed only for whole clips, so
-        `item.speed` must be 1.0."""
+        state (cosyvoice_runtime). Upstream changes speed only for whole clips, so an item
+        at another speed than 1.0 is synthesized whole: one chunk."""
         model, plan, slots = self._loaded()
         self._check_profile(profile)
         if item.speed != 1.0:
-            raise VoiceFactoryError(ErrorCode.INVALID_REQUEST,
-                                    f"CosyVoice streams at speed 1.0 only, got {item.speed}",
-                                    retryable=False)
+            yield self.synthesize(profile, [item])[0].audio
+            return
         call = self._plan_call(profile, item)
+        rate = self._sample_rate
         if nothing_to_say(model_text(item.text, self._generation)):
-            yield _silence(self._sample_rate)
+            yield Audio(samples=_silence(rate), sample_rate=rate)
             return
         spk_id = speaker_id(profile.voice_id, profile.sha256)
         what = f"streaming a {call.mode} item of voice {profile.voice_id!r}"
@@ -294,7 +294,7 @@ class CosyVoiceEngine:
                             chunk = next(chunks, None)
                         if chunk is None:
                             return
-                        yield _chunk_samples(chunk)
+                        yield Audio(samples=_chunk_samples(chunk), sample_rate=rate)
                 finally:
                     chunks.close()
         finally:

@@ -178,7 +178,7 @@ def test_speaker_cache_is_upstreams_plain_dict(engine: CosyVoiceEngine) -> None:
 
 
 def _stream(engine: CosyVoiceEngine, profile: Any, text: str = LONG_ZH) -> list[np.ndarray]:
-    return list(engine.synthesize_stream(profile, item(text)))
+    return [chunk.samples for chunk in engine.synthesize_stream(profile, item(text))]
 
 
 def test_stream_yields_float32_chunks_and_resets_the_first_hop(
@@ -224,11 +224,14 @@ def test_stream_of_v3_and_of_a_pause(engine_v3: CosyVoiceEngine, reference: Audi
     assert len(pause) == int(0.2 * RATE) and not pause.any()
 
 
-def test_stream_refuses_a_speed_change(engine_v2: CosyVoiceEngine, reference: Audio) -> None:
+def test_a_speed_change_streams_as_one_whole_clip(engine_v2: CosyVoiceEngine,
+                                                  reference: Audio) -> None:
+    # Upstream changes speed only for whole clips: the item comes as one chunk, the clip
+    # synthesize makes.
     profile = make_profile(engine_v2, reference, voice_id="stream-speed")
-    with pytest.raises(VoiceFactoryError) as caught:
-        next(engine_v2.synthesize_stream(profile, item(LONG_ZH, speed=1.5)))
-    assert caught.value.code is ErrorCode.INVALID_REQUEST and not caught.value.retryable
+    [chunk] = list(engine_v2.synthesize_stream(profile, item(LONG_ZH, speed=1.5)))
+    assert chunk.sample_rate == RATE and chunk.samples.dtype == np.float32
+    assert len(chunk.samples) > RATE // 10
 
 
 def test_an_abandoned_stream_leaves_no_state_behind(engine_v2: CosyVoiceEngine,

@@ -109,8 +109,9 @@ feat_extractor: !name:matcha.utils.audio.mel_spectrogram
     center: False
 """
 
-V2_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + """\
-llm: !new:cosyvoice.llm.llm.Qwen2LM
+# The LLM block both generations share; only the class differs.
+_LLM = """\
+llm: !new:cosyvoice.llm.llm.{cls}
     llm_input_size: !ref <llm_input_size>
     llm_output_size: !ref <llm_output_size>
     speech_token_size: 6561
@@ -119,7 +120,9 @@ llm: !new:cosyvoice.llm.llm.Qwen2LM
     mix_ratio: [5, 15]
     llm: !new:cosyvoice.llm.llm.Qwen2Encoder
         pretrain_path: !ref <qwen_pretrain_path>
-""" + _SAMPLING + """\
+"""
+
+V2_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="Qwen2LM") + _SAMPLING + """\
 flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
     input_size: 512
     output_size: 80
@@ -162,17 +165,7 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
 """ + _HIFT.format(cls="HiFTGenerator", extra="", f0="ConvRNNF0Predictor") \
     + _TAIL.format(version="cosyvoice2")
 
-V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + """\
-llm: !new:cosyvoice.llm.llm.CosyVoice3LM
-    llm_input_size: !ref <llm_input_size>
-    llm_output_size: !ref <llm_output_size>
-    speech_token_size: 6561
-    length_normalized_loss: True
-    lsm_weight: 0
-    mix_ratio: [5, 15]
-    llm: !new:cosyvoice.llm.llm.Qwen2Encoder
-        pretrain_path: !ref <qwen_pretrain_path>
-""" + _SAMPLING + """\
+V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="CosyVoice3LM") + _SAMPLING + """\
 flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
     input_size: 80
     output_size: 80

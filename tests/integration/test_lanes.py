@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from consumers.clients.control import cancel_command
 from consumers.clients.demo import make_reference
 from consumers.clients.produce import request_and_wait
-from consumers.kafka import assignors, make_consumer
+from consumers.kafka import assignors, make_consumer, make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
 from consumers.worker.lanes import lane_topics
@@ -27,9 +27,11 @@ from pipeline.voices import register_voice
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_jobs import Aggregator, _wait_for_job
 from tests.integration.workers import REPO, produce, wait_for_answers, worker_env
+from topics.chunks import AudioChunk, read_chunk
 from topics.control import decode_control
-from topics.events import JobRef, SynthesisRequest
-from topics.specs import CONTROL, REQUESTS, topic_names
+from topics.events import JobRef, SynthesisRequest, encode
+from topics.partitioning import partition_for
+from topics.specs import AUDIO, CONTROL, REQUESTS, topic_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -231,6 +233,17 @@ async def test_range_keeps_both_lanes_of_a_partition_on_one_member(settings: Set
     assert len(set(owners.values())) == 3
 
 
+async def produce_interactive(settings: Settings, request: SynthesisRequest) -> None:
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic_names(settings.kafka.topic_prefix)
+                                     .requests_interactive, encode(request),
+                                     key=request.voice_id.encode())
+    finally:
+        await producer.stop()
+
+
 async def _settled(members: list[AIOKafkaConsumer], total: int,
                    timeout_s: float = 60) -> dict[TopicPartition, int]:
     deadline = time.monotonic() + timeout_s
@@ -286,3 +299,44 @@ async def test_the_cancel_command_produces_a_checked_command_keyed_by_the_id(
         subprocess.run, [sys.executable, "-m", "voicefactory", "cancel", "--request", "a b"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "request_id 'a b'" in bad.stderr
+
+
+async def test_a_stream_cancelled_midway_stops_within_a_chunk(
+        settings: Settings, voices: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_BENCH_CHUNK_SECONDS", "0.25")
+    monkeypatch.setenv("VF_BENCH_PER_AUDIO_SECOND_MS", "1000")  # real time: a chunk / 0.25 s
+    s = settings.with_overrides(engine={"name": "bench"})
+    request = SynthesisRequest(request_id=f"st-{uuid.uuid4().hex[:8]}", voice_id=voices[0],
+                               text="A long answer for the caller, read out slowly. " * 4,
+                               language="en", stream=True)
+    names = topic_names(s.kafka.topic_prefix)
+    reader = make_consumer(s.kafka, group_id=None, enable_auto_commit=False)
+    await reader.start()
+    seen: list[AudioChunk] = []
+    try:
+        tp = TopicPartition(names.audio, partition_for(request.request_id, AUDIO.partitions))
+        reader.assign([tp])
+        await reader.seek_to_end(tp)
+        await reader.position(tp)
+        async with RunningWorker(s):
+            await produce_interactive(s, request)
+            at_cancel = None
+            deadline = time.monotonic() + 60
+            while not (seen and seen[-1].final):
+                assert time.monotonic() < deadline, f"{len(seen)} chunks, no final record"
+                for records in (await reader.getmany(timeout_ms=100)).values():
+                    seen.extend(read_chunk(r.key, r.value, r.headers) for r in records)
+                if at_cancel is None and len(seen) >= 3:
+                    assert await cancel_command(s, request_id=request.request_id,
+                                                job_id=None, reason="caller hung up") == 0
+                    at_cancel = len(seen)
+            [result] = [r for r in await wait_for_answers(s, {request.request_id}, 30)
+                        if r.request_id == request.request_id]
+    finally:
+        await reader.stop()
+    assert at_cancel is not None
+    audio = [c for c in seen if not c.final]
+    assert len(audio) <= at_cancel + 2, (at_cancel, len(audio))  # the one under way, at most
+    assert len(audio) < 20  # far from the ~40 the whole text makes
+    assert seen[-1].status == "cancelled" and result.status == "cancelled"
+    assert result.audio is None

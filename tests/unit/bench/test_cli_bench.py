@@ -34,3 +34,9 @@ def test_bench_rejects_an_unknown_measurement_with_a_usage_error(
         voicefactory.build_parser().parse_args(["bench", "--only", "speed"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'speed'" in capsys.readouterr().err
+
+
+def test_bench_only_takes_lanes() -> None:
+    args = voicefactory.build_parser().parse_args(["bench", "--quick", "--only", "lanes",
+                                                   "--json", "x.json"])
+    assert (args.only, args.quick, args.json) == (["lanes"], True, "x.json")

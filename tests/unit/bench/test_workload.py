@@ -44,3 +44,12 @@ def test_bench_texts_have_a_fixed_length_and_requests_unique_ids() -> None:
     batch = requests(10, ["a", "b", "c"], prefix="x")
     assert len({r.request_id for r in batch}) == 10
     assert [r.voice_id for r in batch[:4]] == ["a", "b", "c", "a"]
+
+
+def test_bench_texts_survive_the_text_front_end_unchanged() -> None:
+    from pipeline.frontend import prepare
+
+    for i in (0, 25, 26, 12345678):
+        text = bench_text(i)
+        assert prepare(text, language=None, instruct=None).sentences == [text]
+    assert bench_text(1) != bench_text(26)

@@ -4,7 +4,7 @@ import logging
 
 import orjson
 
-from consumers.logs import JsonFormatter, TextFormatter
+from consumers.logs import JsonFormatter, RepeatFilter, TextFormatter
 
 
 def _record(**extra: object) -> logging.LogRecord:
@@ -28,3 +28,20 @@ def test_json_lines_carry_the_message_context() -> None:
 def test_text_format_appends_context() -> None:
     line = TextFormatter("%(message)s").format(_record(request_id="r1"))
     assert line == "done in 12 ms [request_id=r1]"
+
+
+def test_a_burst_of_one_template_is_folded_and_counted() -> None:
+    now = [0.0]
+    repeat = RepeatFilter(burst=3, window_s=10.0, clock=lambda: now[0])
+    records = [_record() for _ in range(50)]
+    passed = [repeat.filter(r) for r in records]
+    assert passed == [True] * 3 + [False] * 47
+    other = logging.LogRecord("aiokafka", logging.ERROR, __file__, 1, "Unable connect", (), None)
+    assert repeat.filter(other)  # another template has its own budget
+    now[0] = 10.0
+    first = _record()
+    assert repeat.filter(first)
+    assert first.getMessage() == "done in 12 ms (and 47 more like it left out)"
+    quiet = _record()
+    now[0] = 25.0
+    assert repeat.filter(quiet) and quiet.getMessage() == "done in 12 ms"

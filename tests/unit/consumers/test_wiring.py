@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from consumers.health import Heartbeat
 from consumers.settings import AggregatorSettings, EngineSettings, Settings, WorkerSettings
 from consumers.wiring import build_aggregator, build_worker, make_store
+from consumers.worker.lanes import dispatcher_lanes
 from consumers.worker.loop import SynthesisWorker
 
 
@@ -49,3 +52,30 @@ def test_build_aggregator_puts_faust_under_the_state_dir(
     explicit = build_aggregator(Settings(aggregator=AggregatorSettings(
         port=-1, datadir=str(tmp_path / "elsewhere"))))
     assert Path(str(explicit.app.conf.datadir)) == tmp_path / "elsewhere"
+
+
+def test_the_worker_store_has_a_connection_for_every_dispatcher() -> None:
+    settings = Settings(engine=EngineSettings(name="bench"),
+                        worker=WorkerSettings(max_inflight=6, quality_checks="off",
+                                              metrics_port=-1))
+    # 3 x max_inflight dispatchers (2 x for both lanes, 1 x interactive only), store, spare
+    assert len(dispatcher_lanes(6)) == 18
+    assert build_worker(settings).store.pool_size == 18 + 2
+    small = replace(settings, worker=replace(settings.worker, max_inflight=1))
+    assert build_worker(small).store.pool_size == 8  # the store's own default is the floor
+
+
+async def test_a_worker_built_without_loading_loads_in_its_warm_up() -> None:
+    settings = Settings(engine=EngineSettings(name="bench"),
+                        worker=WorkerSettings(quality_checks="off", metrics_port=-1))
+    worker = build_worker(settings, load=False).worker
+    assert worker._warm_up is not None
+    assert (await worker.readiness())[1]["engine_loaded"] is False
+    worker._warming = True  # as run() sets it around the warm-up: the pod is not dead
+    worker.heartbeat = Heartbeat(clock=lambda: 1e9)
+    worker.heartbeat._last = 0.0
+    assert worker.liveness()[0] is True
+    worker._warming = False
+    assert worker.liveness()[0] is False
+    worker._warm_up()
+    assert (await worker.readiness())[1]["engine_loaded"] is True

@@ -152,3 +152,55 @@ def test_counters_see_concurrent_calls() -> None:
     with pytest.raises(VoiceFactoryError):
         engine.synthesize(p, [item("[[bench:fail]]")])
     assert engine.calls == 4  # failed calls count too
+
+
+# -- streams --------------------------------------------------------------------------------
+
+
+def test_stream_is_the_batch_clip_in_windows_of_chunk_seconds() -> None:
+    engine = BenchEngine(chunk_seconds=0.5)
+    p = profile(engine)
+    one = item("x" * 40)  # 2.4 s of audio
+    [whole] = engine.synthesize(p, [one])
+    chunks = list(engine.synthesize_stream(p, one))
+    assert [len(c.samples) for c in chunks] == [12000] * 4 + [9600]
+    assert {c.sample_rate for c in chunks} == {24000}
+    assert np.array_equal(np.concatenate([c.samples for c in chunks]), whole.audio.samples)
+    assert engine.capabilities.streaming
+
+
+def test_stream_schedule_is_a_first_chunk_cost_then_a_real_time_factor() -> None:
+    engine = BenchEngine(first_chunk_ms=200, per_audio_second_ms=100)
+    assert engine.stream_schedule([0.5, 0.5, 0.2]) == pytest.approx([0.2, 0.25, 0.27])
+
+
+def test_stream_pays_its_costs_as_it_goes() -> None:
+    engine = BenchEngine(first_chunk_ms=150, per_audio_second_ms=200, chunk_seconds=0.5)
+    p = profile(engine)
+    list(engine.synthesize_stream(p, item("x" * 5)))  # warm up
+    started = time.perf_counter()
+    arrivals = []
+    for _ in engine.synthesize_stream(p, item("x" * 25)):  # 1.5 s: three chunks
+        arrivals.append(time.perf_counter() - started)
+    assert len(arrivals) == 3
+    assert 0.15 <= arrivals[0] < 0.15 + 0.08
+    assert 0.35 <= arrivals[2] < 0.35 + 0.08  # 150 ms + 2 x (0.5 s x 200 ms/s)
+
+
+def test_stream_knobs_come_from_the_environment() -> None:
+    engine = BenchEngine.from_env({"VF_BENCH_FIRST_CHUNK_MS": "200",
+                                   "VF_BENCH_CHUNK_SECONDS": "0.25",
+                                   "VF_BENCH_PER_AUDIO_SECOND_MS": "100"})
+    assert (engine.first_chunk_ms, engine.chunk_seconds, engine.per_audio_second_ms) == \
+        (200.0, 0.25, 100.0)
+    assert (BenchEngine.from_env({}).first_chunk_ms, BenchEngine.from_env({}).chunk_seconds) \
+        == (0.0, 0.5)
+    with pytest.raises(ValueError, match="chunk_seconds"):
+        BenchEngine(chunk_seconds=0)
+
+
+def test_stream_fault_markers_raise_before_the_first_chunk() -> None:
+    engine = BenchEngine()
+    with pytest.raises(VoiceFactoryError) as err:
+        next(engine.synthesize_stream(profile(engine), item("[[bench:fail]] hello")))
+    assert err.value.retryable and err.value.code is ErrorCode.ENGINE_ERROR

@@ -119,8 +119,9 @@ def test_stream_yields_upstreams_chunks_as_float32(tmp_path: Path) -> None:
     engine = loaded(tmp_path, 3)
     profile = make_profile(engine)
     chunks = list(engine.synthesize_stream(profile, SynthesisItem("你好。", "zh", 1.0)))
-    assert [len(c) for c in chunks] == [2400, 1200]
-    assert all(c.dtype == np.float32 for c in chunks)
+    assert [len(c.samples) for c in chunks] == [2400, 1200]
+    assert all(c.samples.dtype == np.float32 for c in chunks)
+    assert {c.sample_rate for c in chunks} == {engine.sample_rate}
     model = model_of(engine)
     assert model.calls("inference_zero_shot")[0]["stream"] is True
     assert model.calls("tts") == [{"stream": True, "speed": 1.0}]
@@ -154,3 +155,14 @@ def test_source_layouts(tmp_path: Path) -> None:
                                                side_by_side / "Matcha-TTS"]
     with pytest.raises(EngineUnavailable, match="holds neither a CosyVoice clone"):
         source_paths(str(tmp_path / "empty"))
+
+
+def test_a_stream_at_another_speed_is_the_whole_clip_in_one_chunk(tmp_path: Path) -> None:
+    # Upstream changes speed only for whole clips: one stream=False call, one chunk.
+    engine = loaded(tmp_path, 3)
+    profile = make_profile(engine)
+    one = SynthesisItem("你好。", "zh", 1.25)
+    [chunk] = list(engine.synthesize_stream(profile, one))
+    assert model_of(engine).calls("tts") == [{"stream": False, "speed": 1.25}]
+    [whole] = engine.synthesize(profile, [one])
+    assert chunk.sample_rate == RATE and np.array_equal(chunk.samples, whole.audio.samples)

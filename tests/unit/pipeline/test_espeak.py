@@ -223,3 +223,10 @@ def test_capabilities_list_espeak_languages_and_say_what_is_cloned(
     assert caps.languages[:3] == ("zh", "yue", "en")
     assert {"fr", "de", "ja", "hak"} <= set(caps.languages)
     assert "timbre is espeak-ng's own" in caps.cloning
+
+
+def test_streams_by_sentence_one_chunk_that_is_the_clip(engine: EspeakEngine) -> None:
+    p = profile_of(engine, measures(f0=120.0))
+    [chunk] = list(engine.synthesize_stream(p, SynthesisItem(SENTENCE, "en", 1.0)))
+    assert np.array_equal(chunk.samples, say(engine, p).samples)
+    assert engine.capabilities.streaming

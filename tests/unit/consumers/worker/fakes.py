@@ -50,6 +50,8 @@ class Sent:
     value: bytes
     key: bytes | None
     delivery: asyncio.Future[None]
+    partition: int | None = None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 @dataclass
@@ -61,18 +63,29 @@ class FakeProducer:
     hold: bool = False
     nack: Exception | None = None
     fail: Exception | None = None
+    fail_times: int = 0  # with `fail`: only the next this many sends raise (0: every one)
+    partitions: int = 12  # of every topic, for partitions_for
 
     async def send(self, topic: str, value: bytes, key: bytes | None = None,
+                   partition: int | None = None,
                    headers: list[tuple[str, bytes]] | None = None) -> asyncio.Future[None]:
         if self.fail is not None:
-            raise self.fail
+            error = self.fail
+            if self.fail_times:
+                self.fail_times -= 1
+                if not self.fail_times:
+                    self.fail = None
+            raise error
         delivery: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.nack is not None:
             delivery.set_exception(self.nack)
         elif not self.hold:
             delivery.set_result(None)
-        self.sent.append(Sent(topic, value, key, delivery))
+        self.sent.append(Sent(topic, value, key, delivery, partition, list(headers or [])))
         return delivery
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.partitions))
 
     def acknowledge_all(self) -> None:
         for sent in self.sent:

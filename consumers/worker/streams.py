@@ -1,0 +1,103 @@
+"""Streamed requests in the worker: each through process_stream on its own, chunks to
+tts.audio as they are made, the final record before the result.
+
+worker queue: a lane of its own per streamed request (queue_key) -> a dispatcher (loop.py)
+-> StreamRunner.run(req): a new ChunkStream for this attempt
+(chunks.py) -> processor.process_stream in a thread, its sink publishing every chunk ->
+the outcome back to the loop's retry and answer logic -> StreamRunner.answer: the attempt's
+final record (status, error code), acknowledged -> only then Checkpoint.answer (result
+and/or DLQ record, offset done). So a stream reader has the final record before the result
+exists and before the offset can be committed. A streamed request answered without running
+(rejected when decoded) gets its final record on a fresh attempt, so no reader hangs.
+
+Cancellation: `cancelled(request)` is asked between chunks (pipeline.streaming stops at the
+next one); the control-topic reader sets it to its registry's lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from aiokafka import ConsumerRecord, TopicPartition
+
+from consumers.metrics import WorkerMetrics
+from consumers.worker.checkpoint import Checkpoint
+from consumers.worker.chunks import ChunkPublisher, ChunkStream, lane_of
+from consumers.worker.inflight import InFlightRequest
+from pipeline.synthesis import Outcome, Received, RequestProcessor
+from topics.chunks import reply_partition
+from topics.errors import ErrorCode, VoiceFactoryError
+from topics.events import DeadLetter, SynthesisRequest, SynthesisResult
+
+log = logging.getLogger(__name__)
+
+
+def queue_key(request: SynthesisRequest) -> str:
+    """The worker queue's lane: the voice, so its requests batch together; a streamed
+    request is a lane of its own, so it is never batched and goes as soon as a dispatcher
+    is free."""
+    if request.stream:
+        return f"{request.voice_id}\x00stream\x00{request.request_id}"
+    return request.voice_id
+
+
+def wants_stream(value: bytes | None) -> bool:
+    """Whether a record that failed validation asked for a stream (its reader waits)."""
+    try:
+        obj = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and obj.get("stream") is True
+
+
+class StreamRunner:
+    def __init__(self, *, chunks: ChunkPublisher, processor: RequestProcessor,
+                 checkpoint: Checkpoint, metrics: WorkerMetrics) -> None:
+        self._chunks = chunks
+        self._processor = processor
+        self._cp = checkpoint
+        self._metrics = metrics
+        # The cancellation registry (control topic reader) replaces this lookup.
+        self.cancelled: Callable[[SynthesisRequest], bool] = lambda request: False
+
+    async def run(self, req: InFlightRequest) -> Outcome:
+        """One attempt: its chunks are on their way when this returns; not yet its final."""
+        stream = req.stream = self._chunks.open(
+            request_id=req.request.request_id, attempt=req.attempt,
+            reply_partition=reply_partition(req.record.headers), lane=lane_of(req.tp.topic),
+            consumed_at=req.consumed_at)
+        received = Received(timestamp=req.stamp, attempt=req.attempt,
+                            queued_ms=max(0.0, time.time() * 1000 - req.record.timestamp))
+        sink = stream.sink(asyncio.get_running_loop(), lambda: self.cancelled(req.request))
+        try:
+            outcome = await asyncio.to_thread(self._processor.process_stream, req.request,
+                                              received, sink)
+        except Exception as exc:  # a bug must not block the partition: retried, then failed
+            log.exception("stream crashed", extra=req.ctx())
+            return VoiceFactoryError(ErrorCode.ENGINE_ERROR, f"internal error: {exc!r}",
+                                     retryable=True)
+        engine_ms = (outcome.timings_ms.get("engine_first_chunk")
+                     if isinstance(outcome, SynthesisResult) else None)
+        if engine_ms is not None:
+            self._metrics.on_first_chunk(stream.lane, "engine", engine_ms / 1000)
+        return outcome
+
+    async def answer(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes], *,
+                     result: SynthesisResult, dlq: DeadLetter | None = None,
+                     stream: ChunkStream | None = None) -> None:
+        """The final record of `stream` (a fresh attempt if None), then Checkpoint.answer."""
+        if stream is None or stream.closed:
+            stream = self._chunks.open(request_id=result.request_id,
+                                       attempt=result.attempt or 1,
+                                       reply_partition=reply_partition(rec.headers),
+                                       lane=lane_of(rec.topic))
+        try:
+            await stream.close(result.status, result.error.code if result.error else None)
+        except BaseException:
+            self._cp.abandon(tp, rec.offset)  # no final, no result: the record comes again
+            raise
+        await self._cp.answer(tp, rec, result=result, dlq=dlq)
