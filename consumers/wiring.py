@@ -60,7 +60,8 @@ def build_worker(settings: Settings, **worker_options: Any) -> WorkerRuntime:
     from pipeline.voices import ProfileResolver
 
     w = settings.worker
-    gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share)  # device slots, by lane
+    gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share,  # device slots, by lane
+                    interactive_slots=w.interactive_slots)
     store = make_store(settings.store)
     engine = create_engine(settings.engine.name, settings.engine.options())
     engine.load()
