@@ -64,7 +64,8 @@ def build_worker(settings: Settings, *, load: bool = True,
     from pipeline.voices import ProfileResolver
 
     w = settings.worker
-    gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share)  # device slots, by lane
+    gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share,  # device slots, by lane
+                    interactive_slots=w.interactive_slots)
     # One keep-alive connection for each thread that can talk to S3 at once: the 3 x
     # max_inflight dispatchers (lanes.dispatcher_lanes), the profile store and a spare
     # (docs/benchmarks.md, capacity).

@@ -42,39 +42,56 @@ LANE: ContextVar[Lane] = ContextVar("vf_lane", default="batch")
 
 
 class LaneGate:
-    """A counting semaphore over `slots` whose waiters are served by lane (see above)."""
+    """A counting semaphore over `slots` whose waiters are served by lane (see above), plus
+    `interactive_slots` that only interactive work may take.
 
-    def __init__(self, slots: int, *, batch_share: float) -> None:
+    The reserve is what keeps a caller from waiting for a running batch to end (nothing is
+    preempted): an interactive batch takes a reserved slot when one is free, else a shared
+    one, first in line; batch work never takes a reserved slot, so the reserve costs batch
+    throughput nothing. It lets the device run up to slots + interactive_slots batches at
+    once while callers are served (one request each, usually).
+    """
+
+    def __init__(self, slots: int, *, batch_share: float, interactive_slots: int = 0) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots!r}")
+        if interactive_slots < 0:
+            raise ValueError(f"interactive_slots must be >= 0, got {interactive_slots!r}")
         self._cond = threading.Condition()
         self._free = slots
+        self._reserve = interactive_slots  # free reserved slots
         self._waiting: dict[Lane, deque[object]] = {lane: deque() for lane in LANES}
         self._share = ShareRule(batch_share)
-        self._chosen: object | None = None  # the waiter the next free slot belongs to
-        self._held: dict[int, int] = {}  # thread ident -> entries (re-entrant per thread)
+        # The waiter the next free slot belongs to, and whether that slot is a reserved one.
+        self._chosen: tuple[object, bool] | None = None
+        # thread ident -> [entries, from the reserve] (re-entrant per thread)
+        self._held: dict[int, list[int]] = {}
 
     def __enter__(self) -> LaneGate:
         lane, token, me = LANE.get(), object(), threading.get_ident()
         with self._cond:
             if me in self._held:
-                self._held[me] += 1
+                self._held[me][0] += 1
                 return self
             self._waiting[lane].append(token)
             self._elect()
             try:
-                while self._chosen is not token:
+                while self._chosen is None or self._chosen[0] is not token:
                     self._cond.wait()
             except BaseException:  # interrupted while waiting: leave the line cleanly
                 self._waiting[lane].remove(token)
-                if self._chosen is token:
+                if self._chosen is not None and self._chosen[0] is token:
                     self._chosen = None
                 self._elect()
                 raise
+            reserved = self._chosen[1]
             self._waiting[lane].popleft()  # the chosen waiter is always its lane's head
             self._chosen = None
-            self._free -= 1
-            self._held[me] = 1
+            if reserved:
+                self._reserve -= 1
+            else:
+                self._free -= 1
+            self._held[me] = [1, int(reserved)]
             self._elect()
         return self
 
@@ -82,11 +99,15 @@ class LaneGate:
                  tb: TracebackType | None) -> None:
         me = threading.get_ident()
         with self._cond:
-            self._held[me] -= 1
-            if self._held[me]:
+            held = self._held[me]
+            held[0] -= 1
+            if held[0]:
                 return
             del self._held[me]
-            self._free += 1
+            if held[1]:
+                self._reserve += 1
+            else:
+                self._free += 1
             self._elect()
 
     def waiting(self, lane: Lane) -> int:
@@ -96,13 +117,19 @@ class LaneGate:
     def _elect(self) -> None:
         """Under the lock: pick who gets the next free slot, once, and wake the waiters.
         One decision per slot keeps the share rule's count honest."""
-        if self._chosen is not None or self._free <= 0:
+        if self._chosen is not None:
             return
-        ready = [lane for lane in LANES if self._waiting[lane]]
-        if not ready:
+        callers = self._waiting["interactive"]
+        if callers and self._reserve > 0:
+            self._chosen = (callers[0], True)
+        elif self._free > 0:
+            ready = [lane for lane in LANES if self._waiting[lane]]
+            if not ready:
+                return
+            lane = self._share.contested() if len(ready) == 2 else ready[0]
+            self._chosen = (self._waiting[lane][0], False)
+        else:
             return
-        lane = self._share.contested() if len(ready) == 2 else ready[0]
-        self._chosen = self._waiting[lane][0]
         self._cond.notify_all()
 
 

@@ -154,3 +154,26 @@ async def test_batch_threads_run_calls_in_their_own_named_threads_with_the_lane(
 
 def test_interactive_work_has_dispatchers_of_its_own() -> None:
     assert dispatcher_lanes(2) == [None, None, None, None, "interactive", "interactive"]
+
+
+def test_the_reserve_serves_a_caller_while_batch_work_fills_the_shared_slots() -> None:
+    gate = LaneGate(1, batch_share=0.1, interactive_slots=1)
+    order: list[str] = []
+    release = [threading.Event() for _ in range(4)]
+    threads = [_enter_in_thread(gate, "batch", "batch-running", order, release[0])]
+    _until(lambda: order == ["batch-running"])
+    threads.append(_enter_in_thread(gate, "batch", "batch-waiting", order, release[1]))
+    _until(lambda: gate.waiting("batch") == 1)  # batch never takes the reserved slot
+    threads.append(_enter_in_thread(gate, "interactive", "call", order, release[2]))
+    _until(lambda: order == ["batch-running", "call"])  # at once, beside the running batch
+    threads.append(_enter_in_thread(gate, "interactive", "call-2", order, release[3]))
+    _until(lambda: gate.waiting("interactive") == 1)  # the reserve is taken: it queues
+    release[0].set()  # the shared slot frees: the second caller goes first
+    _until(lambda: order == ["batch-running", "call", "call-2"])
+    for event in release:
+        event.set()
+    for thread in threads:
+        thread.join(5)
+    assert order == ["batch-running", "call", "call-2", "batch-waiting"]
+    with pytest.raises(ValueError, match="interactive_slots"):
+        LaneGate(1, batch_share=0.1, interactive_slots=-1)
