@@ -45,37 +45,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from topics.admin import admin_client, create_topics, describe_topics, drift
+    from consumers.clients.topics import topics_command
 
-    settings = _settings(args)
-
-    async def run() -> int:
-        from consumers.kafka import security_kwargs
-
-        admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
-        await admin.start()
-        try:
-            if args.action == "create":
-                created = await create_topics(admin, prefix=settings.kafka.topic_prefix,
-                                              replication_factor=args.replication_factor,
-                                              min_insync_replicas=args.min_insync_replicas)
-                print(f"created: {', '.join(created) or 'nothing (all present)'}")
-            states = await describe_topics(admin, prefix=settings.kafka.topic_prefix)
-            for s in states:
-                print(f"{s.name:24} partitions={s.partitions:<3} rf={s.replication_factor} "
-                      f"cleanup={s.configs.get('cleanup.policy', '-')} "
-                      f"retention.ms={s.configs.get('retention.ms', '-')}" if s.exists
-                      else f"{s.name:24} MISSING")
-            problems = drift(states, prefix=settings.kafka.topic_prefix,
-                             replication_factor=args.replication_factor,
-                             min_insync_replicas=args.min_insync_replicas)
-            for p in problems:
-                print(f"drift: {p}", file=sys.stderr)
-            return EXIT_FAIL if problems else EXIT_OK
-        finally:
-            await admin.close()
-
-    return asyncio.run(run())
+    return asyncio.run(topics_command(_settings(args), args.action,
+                                      replication_factor=args.replication_factor,
+                                      min_insync_replicas=args.min_insync_replicas))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -152,15 +126,24 @@ def cmd_say(args: argparse.Namespace) -> int:
     request = SynthesisRequest(request_id=args.request_id or new_request_id(),
                                voice_id=args.voice, text=args.text, language=args.language,
                                format=args.format, instruct=args.instruct, stream=args.stream)
-    return say(_settings(args), request, out=args.out, timeout_s=args.timeout)
+    return say(_settings(args), request, out=args.out, timeout_s=args.timeout,
+               interactive=args.interactive)
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from consumers.clients.produce import read_jsonl, submit
 
-    count = asyncio.run(submit(_settings(args), list(read_jsonl(Path(args.file)))))
+    count = asyncio.run(submit(_settings(args), list(read_jsonl(Path(args.file))),
+                               interactive=args.interactive))
     print(f"submitted {count} requests")
     return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from consumers.clients.control import cancel_command
+
+    return asyncio.run(cancel_command(_settings(args), request_id=args.request,
+                                      job_id=args.job, reason=args.reason))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -296,13 +279,24 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--out")
     say.add_argument("--request-id")
     say.add_argument("--timeout", type=float, default=120.0)
+    interactive = "produce to tts.requests.interactive, the lane workers serve first"
+    say.add_argument("--interactive", action="store_true", help=interactive)
     say.add_argument("--stream", action="store_true", help="stream: write audio chunks to --out "
                      "(WAV, or bare PCM for .raw/.pcm) as they arrive, print time to first chunk")
     say.set_defaults(func=cmd_say)
 
     submit = common(sub.add_parser("submit", help="produce requests from a JSONL file"))
     submit.add_argument("file")
+    submit.add_argument("--interactive", action="store_true", help=interactive)
     submit.set_defaults(func=cmd_submit)
+
+    cancel = common(sub.add_parser("cancel", help="cancel a request or a whole job (tts.control"
+                                   "): lines not yet synthesized are answered `cancelled`"))
+    target = cancel.add_mutually_exclusive_group(required=True)
+    target.add_argument("--request", help="the request_id to cancel")
+    target.add_argument("--job", help="the job ID whose lines to cancel")
+    cancel.add_argument("--reason", help="why; echoed in each cancelled result's error")
+    cancel.set_defaults(func=cmd_cancel)
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
     bench.add_argument("suite", nargs="?", choices=["all", "assignors", "peers"], default="all",

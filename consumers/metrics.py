@@ -19,6 +19,11 @@ Metric names and labels (the dashboard and alert contract):
     vf_consumer_lag{topic,partition}           per assigned partition; cleared on revoke
     vf_retries_total{code}, vf_dlq_total{reason_code}, vf_oom_retries_total
     vf_commits_total, vf_rebalances_total{kind}
+    vf_lane_queue_depth{lane}                  interactive|batch: requests waiting per lane
+    vf_lane_wait_seconds{lane}                 queued (put in the local queue) -> dispatched
+    vf_lane_requests_total{lane,status}        answers by lane; status="expired" counts the
+                                               requests whose deadline passed
+    vf_control_commands_total{result}          tts.control records: applied|invalid|expired
     vf_first_chunk_seconds{lane,since}         streamed requests: record consumed -> first
                                                chunk sent (since="consumed"), engine call ->
                                                first chunk (since="engine")
@@ -32,8 +37,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["CONTENT_TYPE", "FIRST_CHUNK_SINCE", "LANES", "PROFILE_RESULTS", "REBALANCE_KINDS",
-           "STAGES", "STATUSES", "WorkerMetrics"]
+__all__ = ["CONTENT_TYPE", "CONTROL_RESULTS", "FIRST_CHUNK_SINCE", "LANES", "PROFILE_RESULTS",
+           "REBALANCE_KINDS", "STAGES", "STATUSES", "WorkerMetrics"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +46,8 @@ log = logging.getLogger(__name__)
 # un-negotiated handler labels it 0.0.4, which every Prometheus version reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-STATUSES = ("succeeded", "failed", "rejected", "expired")
+STATUSES = ("succeeded", "failed", "rejected", "expired", "cancelled")
+CONTROL_RESULTS = ("applied", "invalid", "expired")
 STAGES = ("queued", "profile", "synthesis", "encode", "upload", "total")
 PROFILE_RESULTS = ("hit", "store", "miss")
 REBALANCE_KINDS = ("assigned", "revoked")
@@ -95,6 +101,22 @@ class WorkerMetrics:
         self._commits = Counter("vf_commits", "Offset commits made", registry=r)
         self._rebalances = Counter("vf_rebalances", "Partitions assigned or revoked", ["kind"],
                                    registry=r)
+        self._lane_depth = Gauge("vf_lane_queue_depth", "Requests waiting in the local queue, "
+                                 "per lane", ["lane"], registry=r)
+        self._lane_wait = Histogram("vf_lane_wait_seconds", "Time from the local queue to a "
+                                    "dispatcher, per lane", ["lane"], buckets=STAGE_BUCKETS,
+                                    registry=r)
+        self._lane_answers = Counter("vf_lane_requests", "Answers by lane and status",
+                                     ["lane", "status"], registry=r)
+        self._control = Counter("vf_control_commands", "tts.control records read, by result",
+                                ["result"], registry=r)
+        for lane in LANES:
+            self._lane_depth.labels(lane=lane)
+            self._lane_wait.labels(lane=lane)
+            for status in STATUSES:
+                self._lane_answers.labels(lane=lane, status=status)
+        for result in CONTROL_RESULTS:
+            self._control.labels(result=result)
         self._first_chunk = Histogram("vf_first_chunk_seconds",
                                       "Time to the first audio chunk of a streamed request",
                                       ["lane", "since"], buckets=FIRST_CHUNK_BUCKETS, registry=r)
@@ -152,6 +174,20 @@ class WorkerMetrics:
 
     def on_oom_retry(self) -> None:
         self._oom_retries.inc()
+
+    # -- lanes and cancellation ----------------------------------------------------------
+    def set_lane_depth(self, lane: str, n: int) -> None:
+        self._lane_depth.labels(lane=lane).set(n)
+
+    def observe_lane_wait(self, lane: str, seconds: float) -> None:
+        self._lane_wait.labels(lane=lane).observe(max(0.0, seconds))
+
+    def on_lane_result(self, lane: str, status: str) -> None:
+        self._lane_answers.labels(lane=lane, status=status).inc()
+
+    def on_control(self, result: str) -> None:
+        """A tts.control record was applied, skipped as invalid, or too old to matter."""
+        self._control.labels(result=result).inc()
 
     # -- profiles --------------------------------------------------------------------------
     def on_profile(self, result: str) -> None:

@@ -122,6 +122,15 @@ class WorkerSettings:
     voice_ttl_seconds: int = var("VF_VOICE_TTL_SECONDS", 10)  # trust in a voice.json read
     loudness_lufs: float = var("VF_LOUDNESS_LUFS", -16.0)  # every output is normalised to it
     quality_checks: str = var("VF_QUALITY_CHECKS", "on")  # on|off: similarity + warnings
+    # Lanes (docs/lanes.md): batch's least share of the turns both lanes want, and the
+    # deadline an interactive request without one gets (seconds after it was produced; 0: none)
+    batch_min_share: float = var("VF_BATCH_MIN_SHARE", 0.1)
+    # device slots beyond VF_MAX_INFLIGHT that only interactive work may take (gate.py)
+    interactive_slots: int = var("VF_INTERACTIVE_SLOTS", 1)
+    interactive_deadline_s: float = var("VF_INTERACTIVE_DEADLINE_S", 0.0)
+    # Cancels from tts.control: remembered this long (and replayed this far back at start)
+    cancel_ttl_s: int = var("VF_CANCEL_TTL_S", 86_400)
+    cancel_max_entries: int = var("VF_CANCEL_MAX_ENTRIES", 100_000)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def build_worker(settings: Settings, *, load: bool = True,
     its group, so no partition is assigned to a process that cannot serve: here (`load`), or
     with `load=False` inside `worker.run()` after its health server started, so /readyz says
     `engine_loaded: false` (and /healthz stays alive) while a large model loads."""
+    from consumers.worker.gate import LaneGate
     from consumers.worker.loop import SynthesisWorker
     from pipeline.engines import create_engine
     from pipeline.profiles import ProfileCache
@@ -63,9 +64,12 @@ def build_worker(settings: Settings, *, load: bool = True,
     from pipeline.voices import ProfileResolver
 
     w = settings.worker
-    # One keep-alive connection for each thread that can talk to S3 at once: the 2 x
-    # max_inflight dispatchers, the profile store and a spare (docs/benchmarks.md, capacity).
-    store = make_store(settings.store, pool_size=max(DEFAULT_POOL_SIZE, 2 * w.max_inflight + 2))
+    gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share,  # device slots, by lane
+                    interactive_slots=w.interactive_slots)
+    # One keep-alive connection for each thread that can talk to S3 at once: the 3 x
+    # max_inflight dispatchers (lanes.dispatcher_lanes), the profile store and a spare
+    # (docs/benchmarks.md, capacity).
+    store = make_store(settings.store, pool_size=max(DEFAULT_POOL_SIZE, 3 * w.max_inflight + 2))
     engine = create_engine(settings.engine.name, settings.engine.options())
     metrics = WorkerMetrics()
     encoder = SpeakerEncoder(device="cuda" if settings.engine.device.startswith("cuda")
@@ -89,11 +93,12 @@ def build_worker(settings: Settings, *, load: bool = True,
                                  presign_seconds=settings.store.presign_seconds,
                                  loudness_lufs=w.loudness_lufs,
                                  device_slots=w.max_inflight,
+                                 device_gate=gate,
                                  quality_encoder=encoder if w.quality_checks == "on" else None,
                                  on_oom_split=metrics.on_oom_retry)
     worker = SynthesisWorker(settings=settings, processor=processor, metrics=metrics,
                              engine_ready=loaded.is_set, warm_up=None if load else warm_up,
-                             **worker_options)
+                             device_gate=gate, **worker_options)
     return WorkerRuntime(settings=settings, store=store, engine=engine, processor=processor,
                          metrics=metrics, worker=worker)
 

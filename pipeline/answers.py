@@ -1,9 +1,10 @@
 """Result events for requests that never reached the synthesis stages.
 
 A record the worker could not decode into a valid request (`InvalidRequest` with a
-request_id) is answered `rejected`; a request whose retries ran out is answered `failed`.
+request_id) is answered `rejected`; a request whose retries ran out is answered `failed`; a
+request that a tts.control cancel reached before the engine did is answered `cancelled`.
 Both carry who answered (engine, worker) like every other result, so one small object built
-at wiring time makes them: worker loop -> `Answers.rejected/failed` -> Publisher.
+at wiring time makes them: worker loop -> `Answers.rejected/failed/cancelled` -> Publisher.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from topics.errors import InvalidRequest, VoiceFactoryError
+from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
 from topics.events import ErrorInfo, SynthesisRequest, SynthesisResult
 
 
@@ -45,3 +46,18 @@ class Answers:
             error=ErrorInfo(code=error.code.value, message=error.message, retryable=True),
             job=request.job, metadata=request.metadata, engine=self.engine,
             worker=self.worker, attempt=attempt)
+
+    def cancelled(self, request: SynthesisRequest, *, attempt: int = 1,
+                  reason: str | None = None, queued_ms: float | None = None,
+                  ) -> SynthesisResult:
+        """A cancel named the request (or its job) before synthesis: no audio, and resubmitting
+        the same request would only be cancelled again while the cancel is remembered."""
+        message = "cancelled before synthesis" + (f": {reason}" if reason else "")
+        return SynthesisResult(
+            request_id=request.request_id, voice_id=request.voice_id, status="cancelled",
+            completed_at=now_iso(),
+            error=ErrorInfo(code=ErrorCode.CANCELLED.value, message=message, retryable=False),
+            job=request.job, metadata=request.metadata, engine=self.engine,
+            worker=self.worker, attempt=attempt,
+            timings_ms={} if queued_ms is None else {"queued": round(queued_ms, 2),
+                                                     "total": round(queued_ms, 2)})

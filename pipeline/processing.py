@@ -1,7 +1,8 @@
 """What the batch path (pipeline.synthesis) and the streamed path (pipeline.streaming) share.
 
 A request becomes a `Pending` (its object key, timings, prepared text) -> `early_answer`:
-deadline passed -> `expired`, object already stored -> `succeeded` from it, else None ->
+cancelled meanwhile -> `cancelled`, deadline passed -> `expired`, object already stored ->
+`succeeded` from it, else None ->
 ... the path's own synthesis ... -> `store_clip` (encode -> put with metadata -> presign)
 -> `answer` builds the `SynthesisResult`. `ProcessorCore` holds the engine, the store, the
 profile resolver and the device semaphore both paths run under.
@@ -33,6 +34,10 @@ from topics.validation import parse_deadline
 Outcome = SynthesisResult | VoiceFactoryError
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class Received:
     """Where a request came from; `timestamp` (the Kafka record time) fixes its object key."""
@@ -40,6 +45,9 @@ class Received:
     timestamp: datetime
     queued_ms: float = 0.0
     attempt: int = 1
+    # Whether a cancel reached the request since the worker took it (the worker passes its
+    # CancelRegistry.checker): checked before synthesis.
+    cancelled: Callable[[], bool] = _never
 
 
 @dataclass
@@ -57,12 +65,15 @@ class ProcessorCore:
     def __init__(self, *, engine: Synthesizer, store: ObjectStore, profiles: ProfileResolver,
                  worker: str, presign_seconds: int, loudness_lufs: float = -16.0,
                  quality_encoder: SpeakerEncoder | None = None, device_slots: int | None = None,
-                 on_oom_split: Callable[[], None] | None = None) -> None:
+                 on_oom_split: Callable[[], None] | None = None,
+                 device_gate: contextlib.AbstractContextManager[object] | None = None) -> None:
         self._engine = engine
         # At most `device_slots` threads in the engine (or computing a profile) at once; the
         # stitching, encoding and upload after it run outside, so a caller may run more
         # batches than slots and keep the device busy while earlier outputs are stored.
-        self._device: contextlib.AbstractContextManager[object] = (
+        # `device_gate` replaces that semaphore when the caller orders its waiters (the
+        # worker's lanes: consumers/worker/gate.py).
+        self._device: contextlib.AbstractContextManager[object] = device_gate or (
             threading.BoundedSemaphore(device_slots) if device_slots
             else contextlib.nullcontext())
         self._loudness = loudness_lufs
@@ -82,6 +93,9 @@ class ProcessorCore:
 
     def _early_answer(self, p: Pending) -> SynthesisResult | None:
         request = p.request
+        if p.received.cancelled():
+            return self.answers.cancelled(request, attempt=p.received.attempt,
+                                          queued_ms=p.received.queued_ms)
         deadline = parse_deadline(request.deadline) if request.deadline else None
         if deadline is not None and deadline < datetime.now(UTC):
             return self._answer(p, "expired", error=ErrorInfo(

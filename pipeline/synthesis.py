@@ -1,7 +1,8 @@
 """Requests of one voice, start to finish, without Kafka: the stages a worker runs.
 
 process_batch(items of one voice):
-  per item: deadline passed? -> `expired`; object already stored? -> answer from it;
+  per item: cancelled meanwhile? -> `cancelled`; deadline passed? -> `expired`; object
+  already stored? -> answer from it;
   text front-end (normalise, split into sentences, parse the instruction; bad annotations
   -> `rejected`)
   profile once for the voice -> one engine call for every sentence of the rest (out of

@@ -97,9 +97,10 @@ class JobEmitter:
                                 {OUTBOX_PARTITION: str(partition), OUTBOX_OFFSET: str(offset)})
         await self._producer.send_and_wait(self._topic, value, key=job_id.encode(),
                                            partition=partition)
-        log.info("job %s %s: %d/%d clips, %.2f s", job_id, event.status,
+        log.info("job %s %s: %d/%d clips, %d cancelled, %.2f s", job_id, event.status,
                  sum(1 for c in event.clips if c.status == "succeeded"), event.total,
-                 event.duration_s, extra={"topic": self._topic, "partition": partition})
+                 sum(1 for c in event.clips if c.status == "cancelled"), event.duration_s,
+                 extra={"topic": self._topic, "partition": partition})
         return event, True
 
     def _write_artifacts(self, state: JobState) -> JobCompleted:

@@ -9,7 +9,13 @@ keeps late duplicates from reopening the job.
 
 Merging is idempotent and order-free, so redelivered and out-of-order results never double
 or reorder a clip: a clip is keyed by its index; a succeeded clip is never replaced; a
-failed, rejected or expired one is replaced by any later answer for the same index.
+failed, rejected, expired or cancelled one is replaced by any later answer for the same index.
+
+Cancelled lines (a tts.control cancel of the job or of single lines, docs/lanes.md) are
+answered `cancelled` by the workers, so they count as answered: a job cancelled wholesale
+is complete, and closes, once its last line's `cancelled` result is merged, not at its
+timeout. Its event keeps the job.v1 fields: each such clip has status `cancelled` and no
+audio, and the job is `partial` if any line succeeded before the cancel, else `failed`.
 `merge_result` also names what a result did (merged, duplicate, late, ...) for the
 aggregator's metrics. Everything here is pure (no Kafka, no store) and unit-tested.
 """
@@ -104,9 +110,9 @@ def decode_manifest(raw: bytes) -> JobManifest:
 
 
 # What one result did to its job, for the aggregator's metrics (vf_job_results_total):
-# merged: a new index; replaced: a failed/rejected/expired clip answered again; duplicate: the
-# index had succeeded already (kept); late: the job was already emitted; invalid: unusable job
-# ID or index; no_job: the result is not part of a job.
+# merged: a new index; replaced: a failed/rejected/expired/cancelled clip answered again;
+# duplicate: the index had succeeded already (kept); late: the job was already emitted;
+# invalid: unusable job ID or index; no_job: the result is not part of a job.
 MergeOutcome = Literal["merged", "replaced", "duplicate", "late", "invalid", "no_job"]
 
 
@@ -178,6 +184,8 @@ def ready(state: JobState, now: float, timeout_s: float, not_before: float = 0.0
 
 
 def job_status(state: JobState) -> JobStatus:
+    """succeeded: every line has audio; failed: none has (all cancelled included); else
+    partial."""
     succeeded = sum(1 for c in state.clips.values() if c.status == "succeeded")
     if succeeded == state.total:
         return "succeeded"

@@ -2,7 +2,8 @@
 
 Waiting for a result: the result's key (job ID or request ID) fixes its partition, so
 `say` assigns just that partition of `tts.results`, seeks to its end *before* producing the
-request, then reads until its request_id shows up.
+request, then reads until its request_id shows up. `interactive=True` produces to
+`tts.requests.interactive`, the lane workers serve first (docs/lanes.md).
 """
 
 from __future__ import annotations
@@ -33,10 +34,17 @@ def new_request_id() -> str:
     return f"req-{uuid.uuid4().hex[:16]}"
 
 
+def request_topic(settings: Settings, *, interactive: bool = False) -> str:
+    names = topic_names(settings.kafka.topic_prefix)
+    return names.requests_interactive if interactive else names.requests
+
+
 async def request_and_wait(settings: Settings, requests: list[SynthesisRequest],
-                           timeout_s: float = 120.0) -> dict[str, SynthesisResult]:
+                           timeout_s: float = 120.0, *,
+                           interactive: bool = False) -> dict[str, SynthesisResult]:
     """Produce requests keyed by voice ID and wait for every result; returns them by ID."""
     names = topic_names(settings.kafka.topic_prefix)
+    topic = request_topic(settings, interactive=interactive)
     wanted = {r.request_id for r in requests}
     result_keys = {(r.job.id if r.job else r.request_id) for r in requests}
     partitions = sorted({partition_for(k, RESULTS.partitions) for k in result_keys})
@@ -51,8 +59,7 @@ async def request_and_wait(settings: Settings, requests: list[SynthesisRequest],
         for tp in tps:  # resolve the end offsets now, before the requests exist
             await consumer.position(tp)
         for request in requests:
-            await producer.send_and_wait(names.requests, encode(request),
-                                         key=request.voice_id.encode())
+            await producer.send_and_wait(topic, encode(request), key=request.voice_id.encode())
         found: dict[str, SynthesisResult] = {}
         deadline = time.monotonic() + timeout_s
         while wanted - found.keys():
@@ -86,15 +93,16 @@ def read_jsonl(path: Path) -> Iterable[SynthesisRequest]:
             raise ValueError(f"{path}:{lineno}: {exc}") from None
 
 
-async def submit(settings: Settings, requests: Iterable[SynthesisRequest]) -> int:
-    names = topic_names(settings.kafka.topic_prefix)
+async def submit(settings: Settings, requests: Iterable[SynthesisRequest], *,
+                 interactive: bool = False) -> int:
+    topic = request_topic(settings, interactive=interactive)
     producer = make_producer(settings.kafka)
     await producer.start()
     count = 0
     try:
         futures = []
         for request in requests:
-            futures.append(await producer.send(names.requests, encode(request),
+            futures.append(await producer.send(topic, encode(request),
                                                key=request.voice_id.encode()))
             count += 1
         await asyncio.gather(*futures)

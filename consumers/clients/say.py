@@ -26,7 +26,7 @@ from typing import BinaryIO, TextIO
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from consumers.clients.produce import request_and_wait
+from consumers.clients.produce import request_and_wait, request_topic
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
 from topics.chunks import InvalidChunk, read_chunk
@@ -38,12 +38,13 @@ EXIT_OK, EXIT_FAIL = 0, 1
 
 
 def say(settings: Settings, request: SynthesisRequest, *, out: str | None, timeout_s: float,
-        stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+        stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr,
+        interactive: bool = False) -> int:
     """The command: exit code 0 when the request succeeded and its audio is written."""
     if request.stream:
         path = Path(out or f"{request.request_id}.wav")
         report = asyncio.run(listen(settings, request, path, timeout_s=timeout_s,
-                                    stdout=stdout))
+                                    stdout=stdout, interactive=interactive))
         if report.status != "succeeded":
             print(f"{report.status}: {report.error or ''}", file=stderr)
             return EXIT_FAIL
@@ -53,7 +54,8 @@ def say(settings: Settings, request: SynthesisRequest, *, out: str | None, timeo
         return EXIT_OK
     from consumers.wiring import make_store
 
-    [result] = asyncio.run(request_and_wait(settings, [request], timeout_s=timeout_s)).values()
+    [result] = asyncio.run(request_and_wait(settings, [request], timeout_s=timeout_s,
+                                            interactive=interactive)).values()
     if result.status != "succeeded" or result.audio is None:
         err = result.error
         print(f"{result.status}: {err.code if err else ''}: {err.message if err else ''}",
@@ -116,8 +118,10 @@ class PcmFile:
 
 
 async def listen(settings: Settings, request: SynthesisRequest, path: Path, *,
-                 timeout_s: float, stdout: TextIO = sys.stdout) -> StreamReport:
-    """Produce `request` (stream=true) and write its chunks to `path` as they arrive."""
+                 timeout_s: float, stdout: TextIO = sys.stdout,
+                 interactive: bool = False) -> StreamReport:
+    """Produce `request` (stream=true; to the interactive lane with `interactive`) and write
+    its chunks to `path` as they arrive."""
     names = topic_names(settings.kafka.topic_prefix)
     consumer = make_consumer(settings.kafka, enable_auto_commit=False, group_id=None)
     producer = make_producer(settings.kafka)
@@ -135,8 +139,8 @@ async def listen(settings: Settings, request: SynthesisRequest, path: Path, *,
         await consumer.seek_to_end(tp)
         await consumer.position(tp)  # resolved now, before the request exists
         started = time.monotonic()
-        await producer.send_and_wait(names.requests, encode(request),
-                                     key=request.voice_id.encode())
+        await producer.send_and_wait(request_topic(settings, interactive=interactive),
+                                     encode(request), key=request.voice_id.encode())
         return await _follow(consumer, request.request_id, output, started,
                              started + timeout_s, stdout)
     finally:

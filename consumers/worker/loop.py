@@ -1,14 +1,16 @@
-"""The synthesis worker: `tts.requests` -> audio objects + `tts.results`, then commit.
+"""The synthesis worker: `tts.requests[.interactive]` -> audio objects + `tts.results`.
 
     fetch loop (here): step 0, Checkpoint.begin (offset pending, record in flight)
         │ undecodable / invalid ──> DLQ record / rejected result ─────────────┐
-        │ valid: InFlightRequest (inflight.py)                                │
+        │ cancelled (cancellation.py) ──> cancelled result ───────────────────┤
+        │ valid: InFlightRequest (inflight.py), lane from its topic           │
         v                                                                     │
-    VoiceBatcher (batching.py; bounded: full -> pause partitions)             │
+    VoiceBatcher (batching.py: interactive first; per-lane pauses: lanes.py)  │
         │ same-voice batches                                                  │
         v                                                                     │
-    2 x max_inflight dispatch tasks (here) -> processor.process_batch in      │
-        threads; step 1: the processor stores each output (pipeline/)         │
+    2 x max_inflight dispatch tasks, + max_inflight for interactive work      │
+        (here) -> processor.process_batch in threads (gate.py: device slots   │
+        by lane); step 1: the processor stores each output (pipeline/)        │
         │ retryable error: RetryPolicy (retry.py) -> backoff -> back in queue │
         │ result, or a failed result + DLQ record once the policy gives up    │
         v                                                                     v
@@ -22,6 +24,8 @@
         per partition -> consumer.commit; then Checkpoint.update_lag
     revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> Checkpoint.wait_idle
         -> Checkpoint.commit -> Checkpoint.forget
+    control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
+        cancelled request or job leave the batcher and are answered `cancelled` (steps 2-3)
 
 A record's offset becomes committable only after its answer is acknowledged, and only once
 every earlier record of its partition is too. A crash before that redelivers the record; the
@@ -34,10 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
@@ -47,15 +49,19 @@ from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import assignors, make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings
-from consumers.worker.batching import BatcherClosed, VoiceBatcher
+from consumers.worker import lanes
+from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
+from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher
+from consumers.worker.gate import LANE, BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
+from consumers.worker.lifecycle import WorkerLifecycle
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
-from pipeline.synthesis import Received, RequestProcessor
+from pipeline.synthesis import Outcome, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
 from topics.specs import topic_names
@@ -64,15 +70,16 @@ from topics.validation import decode_request
 log = logging.getLogger(__name__)
 
 
-class SynthesisWorker:
+class SynthesisWorker(WorkerLifecycle):
     def __init__(self, *, settings: Settings, processor: RequestProcessor,
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
-                 commit_interval_s: float = 0.5,
+                 commit_interval_s: float = 0.5, device_gate: LaneGate | None = None,
                  engine_ready: Callable[[], bool] | None = None,
                  warm_up: Callable[[], None] | None = None) -> None:
         s = settings.worker
         self._settings = settings
         self._processor = processor
+        self._threads = BatchThreads(device_gate, len(lanes.dispatcher_lanes(s.max_inflight)))
         self._names = topic_names(settings.kafka.topic_prefix)
         self.metrics = metrics or WorkerMetrics()
         # Without a loader the processor's engine came loaded; with one (`warm_up`, run in a
@@ -86,7 +93,11 @@ class SynthesisWorker:
                                  base_delay_s=retry_base_s, max_delay_s=s.retry_max_delay_s)
         self.batcher: VoiceBatcher[InFlightRequest] = VoiceBatcher(
             max_batch=s.max_batch, batch_wait_s=s.batch_wait_ms / 1000,
-            capacity=s.queue_capacity, idle=lambda: self._running_batches < s.max_inflight)
+            capacity=s.queue_capacity, idle=lambda: self._running_batches < s.max_inflight,
+            batch_share=s.batch_min_share)
+        self.cancels = CancelRegistry(ttl_s=s.cancel_ttl_s, max_entries=s.cancel_max_entries)
+        self._canceller = QueueCanceller(registry=self.cancels, batcher=self.batcher,
+                                         answers=lambda: processor.answers, finish=self._finish)
         self.heartbeat = Heartbeat()
         self.checkpoint: Checkpoint | None = None  # built in run(), around the Kafka clients
         self.streams: StreamRunner | None = None  # likewise
@@ -112,19 +123,6 @@ class SynthesisWorker:
     def stop(self) -> None:
         self._stopping.set()
 
-    def install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        if self._stopping.is_set():
-            log.warning("second %s: exiting at once without draining", sig.name)
-            raise SystemExit(1)
-        log.info("%s received: draining in-flight work (up to %.0f s), then committing",
-                 sig.name, self._settings.worker.drain_seconds)
-        self._stopping.set()
-
     async def run(self) -> None:
         s = self._settings.worker
         if s.metrics_port >= 0:
@@ -147,6 +145,10 @@ class SynthesisWorker:
             heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
             max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor))
         producer = make_producer(self._settings.kafka, linger_ms=2)
+        reader = ControlReader(  # not in the group: every worker reads every command
+            consumer=make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False),
+            topic=self._names.control, registry=self.cancels, on_cancel=self._canceller.on_cancel,
+            on_command=self.metrics.on_control, partitions_for=producer.partitions_for)
         self._consumer = consumer
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
                                      publisher=Publisher(producer=producer, names=self._names))
@@ -154,26 +156,32 @@ class SynthesisWorker:
             chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
                                   metrics=self.metrics),
             processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics)
-        consumer.subscribe([self._names.requests], listener=RevocationListener(
+        self.streams.cancelled = lambda r: self.cancels.is_cancelled(
+            r.request_id, r.job.id if r.job else None)  # between chunks
+        lanes.check_assignor(s.assignor)
+        consumer.subscribe(lanes.lane_topics(self._names), listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,
             grace_s=s.revoke_grace_seconds))
         await producer.start()
+        await reader.start()
         await consumer.start()
         log.info("worker %s consuming %s as group %s (max_inflight %d, max_batch %d)",
-                 s.instance_id, self._names.requests, s.group_id, s.max_inflight, s.max_batch)
+                 s.instance_id, " + ".join(lanes.lane_topics(self._names)), s.group_id,
+                 s.max_inflight, s.max_batch)
         loops = [asyncio.create_task(self._fetch_loop(), name="fetch"),
-                 asyncio.create_task(self._commit_loop(), name="commit")]
-        # Twice max_inflight dispatchers: the processor lets max_inflight of them into the
-        # engine at once, the others store finished outputs meanwhile (measured: batching
-        # gain and capacity, docs/benchmarks.md).
-        dispatchers = [asyncio.create_task(self._dispatch_loop(), name=f"dispatch-{i}")
-                       for i in range(2 * s.max_inflight)]
+                 asyncio.create_task(self._commit_loop(), name="commit"),
+                 asyncio.create_task(reader.run(), name="control")]
+        # How many dispatchers, of which lanes, and why: lanes.dispatcher_lanes.
+        dispatchers = [asyncio.create_task(self._dispatch_loop(lane), name=f"dispatch-{i}")
+                       for i, lane in enumerate(lanes.dispatcher_lanes(s.max_inflight))]
         try:
             await self._stopping.wait()
         finally:
             await self._drain(loops, dispatchers)
             await consumer.stop()
+            await reader.stop()
             await producer.stop()
+            self._threads.shutdown()
             if self.health is not None:
                 await self.health.stop()
             log.info("worker stopped after %d requests", self.processed)
@@ -195,27 +203,28 @@ class SynthesisWorker:
         if late:
             log.warning("drain: %d tasks unfinished after %.0f s, left to the next owner",
                         len(late), self._settings.worker.drain_seconds)
-        loops[1].cancel()
+        for task in loops[1:]:  # commit and control
+            task.cancel()
         await asyncio.gather(*loops, *late, return_exceptions=True)
         await self._cp.commit()
 
     # -- fetching ----------------------------------------------------------------------
 
     async def _fetch_loop(self) -> None:
-        consumer, cp, capacity = self._consumer, self._cp, self._settings.worker.queue_capacity
+        consumer, cp, s = self._consumer, self._cp, self._settings.worker
+        capacity, floor = s.queue_capacity, (s.max_batch if s.batch_min_share > 0 else 0)
         while True:
             self.heartbeat.beat()
-            # Requests waiting to be retried count too: a store outage must not turn into
-            # an unbounded pile of retry timers.
-            queued = self.batcher.qsize() + cp.retry_waiting
-            if queued >= capacity:
-                consumer.pause(*consumer.assignment())
-            elif consumer.paused():
-                consumer.resume(*consumer.paused())
-            self.metrics.set_paused(len(consumer.paused()))
+            # Requests waiting to be retried count in both lanes: a store outage must not
+            # turn into an unbounded pile of retry timers.
+            inter = self.batcher.qsize("interactive") + cp.retry_waiting
+            batch = self.batcher.qsize("batch") + cp.retry_waiting
+            self.metrics.set_paused(lanes.apply_pauses(
+                consumer, self._names, capacity=capacity, interactive_queued=inter,
+                batch_queued=batch, batch_floor=floor))
             try:
-                batches = await consumer.getmany(timeout_ms=200,
-                                                 max_records=max(1, capacity - queued))
+                batches = await consumer.getmany(
+                    timeout_ms=200, max_records=max(1, capacity - min(inter, batch)))
             except KafkaError as exc:
                 log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(0.5)
@@ -226,7 +235,7 @@ class SynthesisWorker:
                     continue
                 for rec in records:
                     self._accept(tp, rec)
-            self.metrics.set_queue_depth(self.batcher.qsize())
+            lanes.report_depth(self.metrics, self.batcher)
 
     def _accept(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes]) -> None:
         ctx = {"partition": rec.partition, "offset": rec.offset}
@@ -254,19 +263,22 @@ class SynthesisWorker:
             else:
                 self._spawn(self._cp.answer(tp, rec, result=result))
             return
-        stamp = datetime.fromtimestamp(rec.timestamp / 1000, UTC)
-        self.batcher.put(queue_key(request), InFlightRequest(rec, tp, request, stamp))
+        req = lanes.in_flight(rec, tp, request, self._names,
+                              self._settings.worker.interactive_deadline_s)
+        if not self._canceller.cancel_if_named(req):
+            self.batcher.put(queue_key(req.request), req, req.lane)
 
     # -- synthesis ---------------------------------------------------------------------
 
-    async def _dispatch_loop(self) -> None:
+    async def _dispatch_loop(self, lane: Lane | None = None) -> None:
         while True:
             try:
-                _voice, reqs = await self.batcher.next_batch()
+                _voice, reqs = await self.batcher.next_batch(lane)
             except BatcherClosed:
                 return
-            reqs = [r for r in reqs if self._owned(r)]
-            if len(reqs) == 1 and reqs[0].request.stream:  # alone in its lane (queue_key)
+            lanes.observe_waits(self.metrics, reqs)
+            reqs = [r for r in reqs if self._owned(r) and not self._canceller.cancel_if_named(r)]
+            if len(reqs) == 1 and reqs[0].request.stream:  # alone in its queue (queue_key)
                 await self._run_stream(reqs[0])
             elif reqs:
                 await self._run_batch(reqs)
@@ -274,6 +286,7 @@ class SynthesisWorker:
     async def _run_stream(self, req: InFlightRequest) -> None:
         assert self.streams is not None, "built in run()"
         self._running_batches += 1  # device work, as a batch is: the batcher's idle()
+        LANE.set(req.lane)  # its device slots by lane too: to_thread carries the context
         try:
             outcome = await self.streams.run(req)
         finally:
@@ -281,15 +294,15 @@ class SynthesisWorker:
         self._settle(req, outcome)
 
     async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
-        now_ms = time.time() * 1000
-        items = [(r.request, Received(timestamp=r.stamp, attempt=r.attempt,
-                                      queued_ms=max(0.0, now_ms - r.record.timestamp)))
-                 for r in reqs]
+        def process() -> list[Outcome]:  # in a batch thread, holding its lane's slot if any
+            return self._processor.process_batch(
+                [r.received(self.cancels.checker(r.request_id, r.job_id)) for r in reqs])
+
         self._running_batches += 1
         self.metrics.set_inflight(self._running_batches)
         started = time.perf_counter()
         try:  # step 1 happens in there: the processor stores each output before answering
-            outcomes = await asyncio.to_thread(self._processor.process_batch, items)
+            outcomes = await self._threads.run(reqs[0].lane, process)
         except Exception as exc:  # a bug must not block partitions: answer each as failed
             log.exception("batch of %d crashed", len(reqs))
             outcomes = [VoiceFactoryError(ErrorCode.ENGINE_ERROR, f"internal error: {exc!r}",
@@ -339,7 +352,9 @@ class SynthesisWorker:
             if self._stopping.is_set():  # shutting down: the next start redelivers it
                 cp.abandon(req.tp, req.record.offset)
                 return
-            self.batcher.put(queue_key(req.request), req)
+            if not self._canceller.cancel_if_named(req):
+                req.queued_at = time.monotonic()
+                self.batcher.put(queue_key(req.request), req, req.lane)
 
         self._spawn(later())
 
@@ -349,6 +364,7 @@ class SynthesisWorker:
         log.info("%s in %.0f ms", result.status, result.timings_ms.get("total", 0),
                  extra={**req.ctx(), "stage": "done"})
         self.metrics.on_result(result.status, code)
+        self.metrics.on_lane_result(req.lane, result.status)
         self.metrics.observe_stages(result.timings_ms)
         if result.rtf:
             self.metrics.observe_rtf(result.rtf)
@@ -370,32 +386,10 @@ class SynthesisWorker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- commits, lag, health ----------------------------------------------------------
+    # -- commits and lag (health probes and signals: lifecycle.py) ----------------------
 
     async def _commit_loop(self) -> None:
         while True:
             await asyncio.sleep(self._commit_interval_s)
             await self._cp.commit()  # step 4
             self._cp.update_lag()
-
-    def liveness(self) -> tuple[bool, dict[str, object]]:
-        """/healthz: the fetch loop beat within 30 s, or the engine is still loading."""
-        alive = self._warming or self.heartbeat.alive(30.0)
-        return alive, {"event_loop": True, "engine_loading": self._warming,
-                       "fetch_loop_heartbeat_age_s": round(self.heartbeat.age(), 2)}
-
-    async def readiness(self) -> tuple[bool, dict[str, object]]:
-        """/readyz: engine loaded (as `engine_ready` reports it), broker and store reachable,
-        partitions assigned, not draining."""
-        store_ok = await asyncio.to_thread(self._processor.store_reachable)
-        broker_ok = max(self._last_fetch_ok,
-                        self.checkpoint.last_commit_ok if self.checkpoint else 0.0)
-        checks: dict[str, object] = {
-            "engine_loaded": bool(self._engine_ready()),
-            "broker": time.monotonic() - broker_ok < 30.0,
-            "store": store_ok,
-            "assignment": bool(self._consumer and self._consumer.assignment()),
-            "draining": self._stopping.is_set(),
-        }
-        ready = all(checks[k] for k in ("engine_loaded", "broker", "store", "assignment"))
-        return ready and not self._stopping.is_set(), checks

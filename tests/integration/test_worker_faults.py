@@ -261,8 +261,9 @@ async def _until_split(*workers: RunningWorker, timeout_s: float = 60.0) -> None
     while time.monotonic() < deadline:
         owned = [set(w.worker._consumer.assignment()) if w.worker._consumer else set()
                  for w in workers]
-        if all(owned) and len(set().union(*owned)) == 12 and \
-                sum(len(o) for o in owned) == 12:
+        # 12 partitions of each lane's topic (tts.requests and tts.requests.interactive)
+        if all(owned) and len(set().union(*owned)) == 24 and \
+                sum(len(o) for o in owned) == 24:
             return
         await asyncio.sleep(0.2)
     raise AssertionError("the group never settled with every worker owning partitions")

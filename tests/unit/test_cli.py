@@ -57,3 +57,23 @@ def test_flags_override_the_environment_group_by_group(monkeypatch: pytest.Monke
     assert (s.kafka.bootstrap, s.engine.name, s.store.bucket) == ("b:1", "bench", "clips")
     assert (s.worker.max_inflight, s.worker.max_batch, s.worker.instance_id,
             s.worker.metrics_port) == (3, 4, "w9", -1)
+
+
+def test_cancel_needs_exactly_one_usable_target_and_exits_2_otherwise(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        voicefactory.main(["cancel"])
+    assert info.value.code == 2
+    assert "one of the arguments --request --job is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        voicefactory.main(["cancel", "--request", "r-1", "--job", "j-1"])
+    assert info.value.code == 2
+    assert voicefactory.main(["cancel", "--job", "../etc"]) == 2
+    assert "error: job_id '../etc'" in capsys.readouterr().err
+
+
+def test_say_and_submit_take_the_interactive_lane_flag() -> None:
+    parser = voicefactory.build_parser()
+    assert parser.parse_args(["say", "hi", "--voice", "v", "--interactive"]).interactive
+    assert not parser.parse_args(["submit", "f.jsonl"]).interactive
+    assert parser.parse_args(["submit", "f.jsonl", "--interactive"]).interactive

@@ -145,3 +145,25 @@ def test_retries_dlq_oom_commits_and_rebalances() -> None:
     assert value(m, "vf_commits_total") == 2
     assert value(m, "vf_rebalances_total", kind="assigned") == 4
     assert value(m, "vf_rebalances_total", kind="revoked") == 2
+
+
+def test_lanes_have_their_own_depth_wait_and_answers_from_zero() -> None:
+    m = WorkerMetrics()
+    for lane in ("interactive", "batch"):
+        assert value(m, "vf_lane_queue_depth", lane=lane) == 0
+        assert value(m, "vf_lane_requests_total", lane=lane, status="cancelled") == 0
+        assert value(m, "vf_lane_wait_seconds_count", lane=lane) == 0
+    m.set_lane_depth("interactive", 3)
+    m.observe_lane_wait("interactive", 0.02)
+    m.observe_lane_wait("batch", -1.0)  # a clock step: recorded as 0, not dropped
+    m.on_lane_result("interactive", "expired")
+    m.on_lane_result("batch", "cancelled")
+    m.on_control("applied")
+    m.on_control("invalid")
+    assert value(m, "vf_lane_queue_depth", lane="interactive") == 3
+    assert value(m, "vf_lane_wait_seconds_sum", lane="interactive") == pytest.approx(0.02)
+    assert value(m, "vf_lane_wait_seconds_bucket", lane="batch", le="0.001") == 1
+    assert value(m, "vf_lane_requests_total", lane="interactive", status="expired") == 1
+    assert value(m, "vf_lane_requests_total", lane="batch", status="cancelled") == 1
+    assert value(m, "vf_control_commands_total", result="applied") == 1
+    assert value(m, "vf_control_commands_total", result="expired") == 0

@@ -12,6 +12,7 @@ import pytest
 from consumers.health import Heartbeat
 from consumers.settings import AggregatorSettings, EngineSettings, Settings, WorkerSettings
 from consumers.wiring import build_aggregator, build_worker, make_store
+from consumers.worker.lanes import dispatcher_lanes
 from consumers.worker.loop import SynthesisWorker
 
 
@@ -57,7 +58,9 @@ def test_the_worker_store_has_a_connection_for_every_dispatcher() -> None:
     settings = Settings(engine=EngineSettings(name="bench"),
                         worker=WorkerSettings(max_inflight=6, quality_checks="off",
                                               metrics_port=-1))
-    assert build_worker(settings).store.pool_size == 2 * 6 + 2
+    # 3 x max_inflight dispatchers (2 x for both lanes, 1 x interactive only), store, spare
+    assert len(dispatcher_lanes(6)) == 18
+    assert build_worker(settings).store.pool_size == 18 + 2
     small = replace(settings, worker=replace(settings.worker, max_inflight=1))
     assert build_worker(small).store.pool_size == 8  # the store's own default is the floor
 

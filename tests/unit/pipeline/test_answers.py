@@ -46,3 +46,25 @@ def test_a_request_out_of_retries_is_failed_with_its_job_metadata_and_attempt() 
         "failed", 3, request.job, {"scene": 4})
     assert result.error is not None
     assert (result.error.code, result.error.retryable) == ("engine_error", True)
+
+
+def test_a_cancelled_request_keeps_its_job_and_is_not_retryable() -> None:
+    request = SynthesisRequest(request_id="j-0007", voice_id="bob", text="hi",
+                               job=JobRef(id="j", index=7, total=100), metadata={"scene": 3})
+    result = ANSWERS.cancelled(request, attempt=2, reason="script withdrawn", queued_ms=812.345)
+    assert (result.request_id, result.voice_id, result.status) == ("j-0007", "bob", "cancelled")
+    assert result.error is not None
+    assert (result.error.code, result.error.retryable) == (ErrorCode.CANCELLED.value, False)
+    assert result.error.message == "cancelled before synthesis: script withdrawn"
+    assert result.job == JobRef(id="j", index=7, total=100)
+    assert result.metadata == {"scene": 3}
+    assert (result.audio, result.attempt, result.worker) == (None, 2, "w-1")
+    assert result.timings_ms == {"queued": 812.35, "total": 812.35}
+    assert result.result_key() == b"j"  # the aggregator sees it under its job
+
+
+def test_a_cancel_without_a_reason_says_so_plainly() -> None:
+    request = SynthesisRequest(request_id="r-9", voice_id="bob", text="hi")
+    result = ANSWERS.cancelled(request)
+    assert result.error is not None and result.error.message == "cancelled before synthesis"
+    assert result.timings_ms == {}

@@ -178,3 +178,34 @@ def test_state_and_manifest_survive_their_json_round_trip() -> None:
                            lines=[ManifestLine(index=0, request_id="j-0000", voice_id="v",
                                                text="你好")])
     assert decode_manifest(encode_manifest(manifest)) == manifest
+
+
+def test_a_job_cancelled_wholesale_is_complete_at_once_and_failed_with_its_lines_marked() -> None:
+    state = fold([result(i, total=3, status="cancelled") for i in range(3)])
+    assert state is not None and state.complete
+    assert ready(state, now=100.0, timeout_s=600.0)  # no waiting for the timeout
+    job = build_job(state, manifest=None, gap_s=0.3, completed_at="t")
+    assert job.status == "failed" and job.missing == [] and job.timeline == []
+    assert [c.status for c in job.clips] == ["cancelled"] * 3
+    assert all(c.audio is None and c.error is not None for c in job.clips)
+
+
+def test_lines_finished_before_the_cancel_keep_their_audio_and_the_job_is_partial() -> None:
+    state = fold([result(0, duration=2.0), result(1, status="cancelled"),
+                  result(2, status="cancelled")])
+    assert state is not None and state.complete
+    job = build_job(state, manifest=None, gap_s=0.3, completed_at="t")
+    assert job.status == "partial"
+    assert [(c.index, c.status) for c in job.clips] == [(0, "succeeded"), (1, "cancelled"),
+                                                        (2, "cancelled")]
+    assert [(s.index, s.start_s, s.end_s) for s in job.timeline] == [(0, 0.0, 2.0)]
+
+
+def test_a_cancelled_line_is_replaced_by_a_later_success_but_never_replaces_one() -> None:
+    state = fold([result(0, total=1, status="cancelled")])
+    merged = merge_result(state, result(0, total=1), 101.0)
+    assert merged.outcome == "replaced" and merged.state is not None
+    assert merged.state.clips[0].status == "succeeded"
+    again = merge_result(merged.state, result(0, total=1, status="cancelled"), 102.0)
+    assert again.outcome == "duplicate" and again.state is not None
+    assert again.state.clips[0].status == "succeeded"

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TypeVar
 
 import pytest
 
-from consumers.worker.batching import BatcherClosed, VoiceBatcher
+from consumers.worker.batching import BatcherClosed, ShareRule, VoiceBatcher
+
+T = TypeVar("T")
 
 
 def batcher(max_batch: int = 4, wait_s: float = 0.05, capacity: int = 100) -> VoiceBatcher[int]:
     return VoiceBatcher(max_batch=max_batch, batch_wait_s=wait_s, capacity=capacity)
 
 
-async def take(b: VoiceBatcher[int]) -> tuple[str, list[int]]:
+async def take(b: VoiceBatcher[T]) -> tuple[str, list[T]]:
     """next_batch, failing fast instead of hanging when a batch never comes."""
     return await asyncio.wait_for(b.next_batch(), timeout=1)
 
@@ -189,3 +192,80 @@ async def test_an_idle_engine_takes_a_partial_batch_at_once_a_busy_one_waits() -
     b.put("bob", 3)
     voice, items, took = await timed(b)
     assert (voice, items) == ("bob", [3]) and took >= 0.19  # the window, as before
+
+
+# -- lanes ------------------------------------------------------------------------------------
+
+async def test_interactive_goes_first_even_behind_an_older_batch_backlog() -> None:
+    b = batcher(max_batch=2, wait_s=0)
+    for i in range(6):
+        b.put(f"v{i}", i)  # batch lane by default
+    b.put("v9", 100, "interactive")
+    assert (b.qsize("batch"), b.qsize("interactive"), b.qsize()) == (6, 1, 7)
+    assert await take(b) == ("v9", [100])
+    assert await take(b) == ("v0", [0])  # then the backlog, oldest first
+
+
+async def test_a_voice_in_both_lanes_gets_separate_batches() -> None:
+    b = batcher(max_batch=4, wait_s=0)
+    b.put("alice", 1)
+    b.put("alice", 2, "interactive")
+    b.put("alice", 3)
+    assert await take(b) == ("alice", [2])
+    assert await take(b) == ("alice", [1, 3])
+
+
+async def test_batch_keeps_its_minimum_share_while_both_lanes_wait() -> None:
+    b: VoiceBatcher[str] = VoiceBatcher(max_batch=1, batch_wait_s=0, capacity=1000,
+                                        batch_share=0.1)
+    for i in range(30):
+        b.put("a", f"i{i}", "interactive")
+        b.put("b", f"b{i}")
+    order = [(await take(b))[1][0][0] for _ in range(30)]
+    assert order.count("b") == 3  # 1 in 10 of the contested turns
+    assert order[9] == order[19] == order[29] == "b"
+
+
+async def test_a_share_of_zero_is_strict_priority_and_batch_runs_once_interactive_is_gone() -> None:
+    b: VoiceBatcher[str] = VoiceBatcher(max_batch=1, batch_wait_s=0, capacity=1000,
+                                        batch_share=0.0)
+    for i in range(3):
+        b.put("b", f"b{i}")
+    for i in range(20):
+        b.put("a", f"i{i}", "interactive")
+    order = [(await take(b))[1][0] for _ in range(23)]
+    assert order == [f"i{i}" for i in range(20)] + ["b0", "b1", "b2"]
+
+
+def test_share_rule_gives_batch_the_nth_contested_turn() -> None:
+    rule = ShareRule(0.25)
+    assert [rule.contested() for _ in range(8)] == ["interactive"] * 3 + ["batch"] + \
+        ["interactive"] * 3 + ["batch"]
+    assert [ShareRule(1.0).contested() for _ in range(2)] == ["batch", "batch"]
+    with pytest.raises(ValueError, match="batch_share"):
+        ShareRule(1.5)
+
+
+async def test_drop_counts_each_lane_and_an_unknown_lane_is_refused() -> None:
+    b = batcher()
+    b.put("alice", 1, "interactive")
+    b.put("alice", 2)
+    b.put("bob", 3, "interactive")
+    assert b.drop(lambda item: item != 2) == [1, 3]
+    assert (b.qsize("interactive"), b.qsize("batch")) == (0, 1)
+    with pytest.raises(ValueError, match="lane"):
+        b.put("alice", 4, "urgent")  # type: ignore[arg-type]
+
+
+async def test_a_dispatcher_of_one_lane_takes_only_that_lane_s_work() -> None:
+    b = batcher(max_batch=2, wait_s=0)
+    b.put("alice", 1)
+    only = asyncio.create_task(b.next_batch("interactive"))
+    await asyncio.sleep(0.02)
+    assert not only.done()  # batch work is there, but not for this dispatcher
+    b.put("bob", 2, "interactive")
+    assert await asyncio.wait_for(only, 1) == ("bob", [2])
+    assert await take(b) == ("alice", [1])
+    b.close()
+    with pytest.raises(BatcherClosed):
+        await asyncio.wait_for(b.next_batch("interactive"), 1)

@@ -1,0 +1,42 @@
+"""`voicefactory topics create|describe`: the contract's topics on the broker, and drift.
+
+    settings --admin_client--> create_topics (create only) --> describe_topics --> one line
+    per topic on stdout --> drift() against topics/specs.py --> `drift: ...` lines on stderr,
+    exit 1 when there is any, else 0
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from consumers.kafka import security_kwargs
+from consumers.settings import Settings
+from topics.admin import admin_client, create_topics, describe_topics, drift
+
+
+async def topics_command(settings: Settings, action: str, *, replication_factor: int,
+                         min_insync_replicas: int | None, out: TextIO = sys.stdout,
+                         err: TextIO = sys.stderr) -> int:
+    prefix = settings.kafka.topic_prefix
+    admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
+    await admin.start()
+    try:
+        if action == "create":
+            created = await create_topics(admin, prefix=prefix,
+                                          replication_factor=replication_factor,
+                                          min_insync_replicas=min_insync_replicas)
+            print(f"created: {', '.join(created) or 'nothing (all present)'}", file=out)
+        states = await describe_topics(admin, prefix=prefix)
+        for s in states:
+            print(f"{s.name:24} partitions={s.partitions:<3} rf={s.replication_factor} "
+                  f"cleanup={s.configs.get('cleanup.policy', '-')} "
+                  f"retention.ms={s.configs.get('retention.ms', '-')}" if s.exists
+                  else f"{s.name:24} MISSING", file=out)
+        problems = drift(states, prefix=prefix, replication_factor=replication_factor,
+                         min_insync_replicas=min_insync_replicas)
+        for p in problems:
+            print(f"drift: {p}", file=err)
+        return 1 if problems else 0
+    finally:
+        await admin.close()
