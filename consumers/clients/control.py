@@ -36,8 +36,10 @@ async def send_cancel(settings: Settings, command: ControlCommand) -> tuple[int,
 
 
 async def cancel_command(settings: Settings, *, request_id: str | None, job_id: str | None,
-                         reason: str | None, out: TextIO = sys.stdout,
-                         err: TextIO = sys.stderr) -> int:
+                         reason: str | None, out: TextIO | None = None,
+                         err: TextIO | None = None) -> int:
+    # Streams looked up per call, not bound at import: a redirected sys.stderr is honoured.
+    out, err = out or sys.stdout, err or sys.stderr
     try:
         command = cancel(request_id=request_id, job_id=job_id, reason=reason,
                          requested_at=now_iso())

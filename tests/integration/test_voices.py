@@ -93,8 +93,13 @@ async def test_voice_removal_deletes_objects_and_produces_a_tombstone(
         settings: Settings, voice: str, worker: RunningWorker) -> None:
     await request_and_wait(settings, _requests(voice, 1), timeout_s=60)  # stores a profile
     store = make_store(settings.store)
-    assert len(store.list_prefix(keys.voice_prefix(voice))) == 3
-    assert remove_voice(store, voice) == 3
+    # reference, voice.json and one profile per engine that served the voice (the session's
+    # bucket is shared: other tests may have used it with the bench engine)
+    stored = store.list_prefix(keys.voice_prefix(voice))
+    assert {k.rsplit("/", 1)[1].split("-")[0] for k in stored} >= {"reference.wav",
+                                                                     "voice.json", "profile"}
+    assert any(k.endswith("-espeak.safetensors") for k in stored)
+    assert remove_voice(store, voice) == len(stored)
     await publish_voice_tombstone(settings, voice)
     assert store.list_prefix(keys.voice_prefix(voice)) == []
     records = await _read_all(settings, topic_names(settings.kafka.topic_prefix).voices)
