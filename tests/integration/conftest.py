@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from aiokafka.errors import KafkaError
 from minio import Minio
 
 from consumers.settings import KafkaSettings, Secret, Settings, StoreSettings, WorkerSettings
@@ -44,7 +45,10 @@ def bucket(local_stack: None) -> str:
 
 
 @pytest.fixture
-async def settings(bucket: str) -> Settings:
+async def settings(bucket: str) -> AsyncIterator[Settings]:
+    """Fresh topics under a prefix of the test's own, deleted again after the test: the
+    suite makes a few hundred sets of eight topics, and a broker that keeps them all runs
+    out of file descriptors ("Too many open files" with 20,000 allowed)."""
     prefix = f"t{uuid.uuid4().hex[:8]}."
     result = Settings(
         kafka=KafkaSettings(bootstrap=f"127.0.0.1:{stack.KAFKA_PORT}", topic_prefix=prefix),
@@ -60,7 +64,17 @@ async def settings(bucket: str) -> Settings:
         await create_topics(admin, prefix=prefix)
     finally:
         await admin.close()
-    return result
+    yield result
+    admin = admin_client(result.kafka.bootstrap)
+    await admin.start()
+    try:
+        ours = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if ours:
+            await admin.delete_topics(ours)
+    except KafkaError as exc:  # best effort: a test that stopped the broker may leave them
+        print(f"topics of {prefix} not deleted: {exc}", file=sys.stderr)
+    finally:
+        await admin.close()
 
 
 class RunningWorker:
