@@ -1,0 +1,170 @@
+"""The gateway on the real stack, driven by the official `openai` SDK (base_url + key only).
+
+Kafka and S3 are real; the worker is `FakeStreamingWorker` (gateway_harness.py) until the
+streaming worker lands: these tests check the gateway's half of the contract (requests on
+tts.requests.interactive with a reply partition, chunk records read back, cancels on
+tts.control). tests/integration/test_gateway_e2e.py runs the real worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import wave
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from aiokafka import TopicPartition
+
+from consumers.gateway.keys import KeyRing, add_key
+from consumers.kafka import make_consumer
+from consumers.settings import GatewaySettings, Settings
+from tests.integration.gateway_harness import FAKE_RATE, FakeStreamingWorker, RunningGateway
+from topics.control import decode_control
+from topics.events import ControlCommand
+from topics.specs import CONTROL, REQUESTS_INTERACTIVE
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def gw_settings(settings: Settings, tmp_path: Path) -> Settings:
+    prefix = settings.kafka.topic_prefix
+    return Settings(kafka=settings.kafka, store=settings.store, worker=settings.worker,
+                    gateway=GatewaySettings(keys_file=str(tmp_path / "keys"),
+                                            group_id=f"vf-gateway-{prefix}", timeout_s=20.0,
+                                            lag_interval_s=0.5))
+
+
+@pytest.fixture
+def api_key(gw_settings: Settings) -> str:
+    return add_key(gw_settings.gateway.keys_path(), "acme", rate=1000, streams=50)
+
+
+@pytest.fixture
+async def gateway(gw_settings: Settings, api_key: str) -> AsyncIterator[RunningGateway]:
+    async with RunningGateway(gw_settings, KeyRing(gw_settings.gateway.keys_path())) as gw:
+        yield gw
+
+
+def client(gw: RunningGateway, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0)
+
+
+async def produced(settings: Settings, topic: str, partitions: int) -> int:
+    consumer = make_consumer(settings.kafka, group_id=None)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.kafka.topic_prefix + topic, p) for p in range(partitions)]
+        return sum((await consumer.end_offsets(tps)).values())
+    finally:
+        await consumer.stop()
+
+
+async def test_whole_file_and_streams_through_the_sdk(gateway: RunningGateway, api_key: str,
+                                                      gw_settings: Settings,
+                                                      voice: str) -> None:
+    async with FakeStreamingWorker(gw_settings) as fake:
+        sdk = client(gateway, api_key)
+        whole = await sdk.audio.speech.create(model="tts-1", voice=voice, input="Hello there.",
+                                              response_format="wav")
+        with wave.open(io.BytesIO(whole.content)) as w:
+            assert w.getframerate() == FAKE_RATE
+            assert w.getnframes() == int(0.3 * FAKE_RATE) * 3 + int(0.1 * FAKE_RATE)
+        async with sdk.audio.speech.with_streaming_response.create(
+                model="tts-1", voice={"id": voice}, input="Hello again.",
+                response_format="pcm", stream_format="audio") as response:
+            pcm = b"".join([piece async for piece in response.iter_bytes()])
+        assert abs(len(pcm) / 2 / 24_000 - 1.0) < 0.01  # resampled to OpenAI's 24 kHz
+        async with sdk.audio.speech.with_streaming_response.create(
+                model="tts-1", voice=voice, input="Please restart once.",
+                response_format="pcm", stream_format="audio") as response:
+            pcm = b"".join([piece async for piece in response.iter_bytes()])
+        assert abs(len(pcm) / 2 / 24_000 - 0.4) < 0.01  # attempt b continued, not doubled
+        request, partition = fake.seen[0]
+        assert request.stream and partition in gateway.gateway.router.partitions
+        assert request.metadata is not None and request.metadata["tenant"] == "acme"
+
+
+async def test_sse_events_and_a_failed_request(gateway: RunningGateway, api_key: str,
+                                               gw_settings: Settings, voice: str) -> None:
+    async with FakeStreamingWorker(gw_settings), httpx.AsyncClient(base_url=gateway.url) as http:
+        auth = {"Authorization": f"Bearer {api_key}"}
+        body = {"model": "tts-1", "voice": voice, "input": "Hi.", "stream_format": "sse",
+                "response_format": "mp3"}
+        response = await http.post("/v1/audio/speech", json=body, headers=auth, timeout=30)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in response.text.split("\n\n") if line]
+        assert all(e.startswith("data: ") for e in events)
+        assert '"speech.audio.delta"' in events[0] and '"speech.audio.done"' in events[-1]
+        failed = await http.post("/v1/audio/speech", headers=auth, timeout=30,
+                                 json={**body, "input": "this will fail", "stream_format": None})
+        assert failed.status_code == 502
+        assert failed.json()["error"]["code"] == "engine_error"
+
+
+async def test_hostile_requests_get_4xx_and_nothing_reaches_kafka(
+        gateway: RunningGateway, api_key: str, gw_settings: Settings, voice: str) -> None:
+    auth = {"Authorization": f"Bearer {api_key}"}
+    good = {"model": "tts-1", "voice": voice, "input": "Hello."}
+    cases: list[tuple[dict[str, object], int, str]] = [
+        ({"content": b"{not json", "headers": auth}, 400, "invalid_json"),
+        ({"json": {**good, "input": "x" * 4097}, "headers": auth}, 400, "4,096"),
+        ({"json": {**good, "voice": "nobody"}, "headers": auth}, 404, "voice_not_found"),
+        ({"json": {**good, "voice": "../etc/passwd"}, "headers": auth}, 400, "voice"),
+        ({"json": {**good, "voice": {"id": "a/b"}}, "headers": auth}, 400, "voice"),
+        ({"json": {**good, "speed": 3.0}, "headers": auth}, 400, "0.5-2.0"),
+        ({"json": {**good, "response_format": "ogg"}, "headers": auth}, 400, "response_format"),
+        ({"json": good}, 401, "missing API key"),
+        ({"json": good, "headers": {"Authorization": "Bearer vf-wrong"}}, 401, "invalid API key"),
+        ({"content": b"{" + b" " * (2 * 1024 * 1024) + b"}", "headers": auth}, 413, "limit"),
+    ]
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
+        for kwargs, status, reason in cases:
+            response = await http.post("/v1/audio/speech", **kwargs)  # type: ignore[arg-type]
+            assert response.status_code == status, (kwargs.get("json"), response.text)
+            assert reason in response.text
+        not_audio = await http.post("/v1/voices", headers=auth,
+                                    files={"reference": ("x.wav", b"not audio at all")},
+                                    data={"voice_id": "v2"})
+        assert not_audio.status_code == 422
+        assert any(c["rule"] == "decodable" and not c["ok"]
+                   for c in not_audio.json()["checks"])
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200
+    assert await produced(gw_settings, REQUESTS_INTERACTIVE.name,
+                          REQUESTS_INTERACTIVE.partitions) == 0
+
+
+async def test_a_client_that_leaves_cancels_its_request(gateway: RunningGateway, api_key: str,
+                                                        gw_settings: Settings,
+                                                        voice: str) -> None:
+    async with FakeStreamingWorker(gw_settings), httpx.AsyncClient(base_url=gateway.url) as http:
+        body = {"model": "tts-1", "voice": voice, "input": "slow please",
+                "stream_format": "audio", "response_format": "pcm"}
+        async with http.stream("POST", "/v1/audio/speech", json=body, timeout=30,
+                               headers={"Authorization": f"Bearer {api_key}"}) as response:
+            assert response.status_code == 200
+            request_id = response.headers["x-request-id"]
+            async for _ in response.aiter_bytes():
+                break  # one piece of audio, then hang up
+    consumer = make_consumer(gw_settings.kafka, group_id=None, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(gw_settings.kafka.topic_prefix + CONTROL.name, p)
+                         for p in range(CONTROL.partitions)])
+        deadline = asyncio.get_running_loop().time() + 10
+        cancels: list[ControlCommand] = []
+        while not cancels and asyncio.get_running_loop().time() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                cancels += [decode_control(r.value) for r in records]
+        assert [c.request_id for c in cancels] == [request_id]
+        assert cancels[0].action == "cancel"
+    finally:
+        await consumer.stop()
+    await asyncio.sleep(0.2)
+    assert gateway.gateway.limiter.open_streams() == 0
