@@ -23,11 +23,11 @@ log = logging.getLogger(__name__)
 
 
 class LagSampler:
-    def __init__(self, *, admin: AIOKafkaAdminClient,
+    def __init__(self, *, admin: Callable[[], AIOKafkaAdminClient | None],
                  offsets: Callable[[], AIOKafkaConsumer | None], topic: str,
                  partitions: int, group_id: str, interval_s: float,
                  on_sample: Callable[[int], None] = lambda lag: None) -> None:
-        self._admin = admin
+        self._admin = admin  # getters: the clients exist only once the gateway started
         self._offsets = offsets  # a started consumer to ask for begin/end offsets
         self._tps = [TopicPartition(topic, p) for p in range(partitions)]
         self._group_id = group_id
@@ -46,10 +46,10 @@ class LagSampler:
                 await self._task
 
     async def sample(self) -> int:
-        consumer = self._offsets()
-        if consumer is None:
-            raise RuntimeError("no consumer to read offsets with yet")
-        committed = await self._admin.list_consumer_group_offsets(self._group_id,
+        consumer, admin = self._offsets(), self._admin()
+        if consumer is None or admin is None:
+            raise RuntimeError("no Kafka clients to read offsets with yet")
+        committed = await admin.list_consumer_group_offsets(self._group_id,
                                                                   partitions=self._tps)
         begins = await _call(consumer.beginning_offsets(self._tps))
         ends = await _call(consumer.end_offsets(self._tps))

@@ -12,6 +12,7 @@ import logging
 import time
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers.gateway.keys import KeyRing
 from consumers.gateway.lag import LagSampler
@@ -49,8 +50,8 @@ class Gateway:
                                   group_id=settings.gateway.group_id,
                                   instance_id=settings.worker.instance_id)
         self.producer: AIOKafkaProducer | None = None
-        self._admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
-        self.lag = LagSampler(admin=self._admin, offsets=lambda: self.router.consumer,
+        self._admin: AIOKafkaAdminClient | None = None  # made in start(): needs a loop
+        self.lag = LagSampler(admin=lambda: self._admin, offsets=lambda: self.router.consumer,
                               topic=self.names.requests_interactive,
                               partitions=REQUESTS_INTERACTIVE.partitions,
                               group_id=settings.worker.group_id,
@@ -62,6 +63,8 @@ class Gateway:
         self.producer = make_producer(self.settings.kafka, linger_ms=0)
         await self.producer.start()
         await self.router.start()
+        kafka = self.settings.kafka
+        self._admin = admin_client(kafka.bootstrap, **security_kwargs(kafka))
         await self._admin.start()
         self.lag.start()
         log.info("gateway started: %d key(s), reply group %s", len(self.keys),
@@ -69,7 +72,9 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.lag.stop()
-        await self._admin.close()
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
         await self.router.stop()
         if self.producer is not None:
             await self.producer.stop()

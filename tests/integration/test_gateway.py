@@ -168,3 +168,61 @@ async def test_a_client_that_leaves_cancels_its_request(gateway: RunningGateway,
         await consumer.stop()
     await asyncio.sleep(0.2)
     assert gateway.gateway.limiter.open_streams() == 0
+
+
+async def test_two_replicas_share_the_reply_partitions_and_serve_20_streams(
+        gw_settings: Settings, api_key: str, voice: str) -> None:
+    keys = gw_settings.gateway.keys_path()
+    async with RunningGateway(gw_settings, KeyRing(keys)) as one, \
+            RunningGateway(gw_settings, KeyRing(keys)) as two, \
+            FakeStreamingWorker(gw_settings) as fake:
+        for _ in range(100):  # the second member's join rebalances the group
+            mine, theirs = one.gateway.router.partitions, two.gateway.router.partitions
+            if mine and theirs and len(mine) + len(theirs) == 12:
+                break
+            await asyncio.sleep(0.1)
+        assert mine and theirs and not set(mine) & set(theirs)
+
+        async def speak(gw: RunningGateway, i: int) -> int:
+            async with client(gw, api_key).audio.speech.with_streaming_response.create(
+                    model="tts-1", voice=voice, input=f"Line {i}.", response_format="pcm",
+                    stream_format="audio") as response:
+                return len(b"".join([p async for p in response.iter_bytes()]))
+
+        sizes = await asyncio.gather(*(speak((one, two)[i % 2], i) for i in range(20)))
+        assert all(abs(s / 2 / 24_000 - 1.0) < 0.01 for s in sizes)
+        assert len(fake.seen) == 20
+        owners = {p: gw for gw in (one, two) for p in gw.gateway.router.partitions}
+        assert all(p is not None and p in owners for _, p in fake.seen)
+
+
+async def test_a_lagging_lane_gets_503_with_retry_after(settings: Settings, tmp_path: Path,
+                                                        voice: str) -> None:
+    from consumers.kafka import make_producer
+
+    prefix = settings.kafka.topic_prefix
+    lagging = Settings(kafka=settings.kafka, store=settings.store, worker=settings.worker,
+                       gateway=GatewaySettings(keys_file=str(tmp_path / "keys"),
+                                               group_id=f"vf-gateway-{prefix}",
+                                               lag_threshold=2, lag_interval_s=0.2))
+    key = add_key(lagging.gateway.keys_path(), "acme", rate=100, streams=5)
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:  # three requests nobody consumes: vf-synth's lag is 3
+        for i in range(3):
+            await producer.send_and_wait(prefix + REQUESTS_INTERACTIVE.name, b"{}",
+                                         key=f"v{i}".encode())
+    finally:
+        await producer.stop()
+    async with RunningGateway(lagging, KeyRing(lagging.gateway.keys_path())) as gw, \
+            httpx.AsyncClient(base_url=gw.url) as http:
+        for _ in range(50):
+            if gw.gateway.lag.lag is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert gw.gateway.lag.lag == 3
+        response = await http.post("/v1/audio/speech", headers={"Authorization": f"Bearer {key}"},
+                                   json={"model": "tts-1", "voice": voice, "input": "Hi."})
+        assert response.status_code == 503 and response.headers["retry-after"] == "1"
+        assert "3 requests behind" in response.json()["error"]["message"]
+        assert "vf_gateway_interactive_lag 3.0" in (await http.get("/metrics")).text
