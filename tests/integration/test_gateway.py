@@ -123,11 +123,17 @@ async def test_hostile_requests_get_4xx_and_nothing_reaches_kafka(
         ({"json": good, "headers": {"Authorization": "Bearer vf-wrong"}}, 401, "invalid API key"),
         ({"content": b"{" + b" " * (2 * 1024 * 1024) + b"}", "headers": auth}, 413, "limit"),
     ]
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
-        for kwargs, status, reason in cases:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        async def one(kwargs: dict[str, object], status: int, reason: str) -> None:
             response = await http.post("/v1/audio/speech", **kwargs)  # type: ignore[arg-type]
             assert response.status_code == status, (kwargs.get("json"), response.text)
             assert reason in response.text
+
+        for _ in range(100):  # 1,000 hostile requests, ten at a time
+            await asyncio.gather(*(one(*case) for case in cases))
+        huge = await http.post("/v1/voices", headers=auth,
+                               files={"reference": ("big.wav", b"\0" * (100 * 1024 * 1024))})
+        assert huge.status_code == 413 and "20,971,520" in huge.text
         not_audio = await http.post("/v1/voices", headers=auth,
                                     files={"reference": ("x.wav", b"not audio at all")},
                                     data={"voice_id": "v2"})
