@@ -6,7 +6,8 @@ worker: it stands in for the streaming worker (branch `stream`) so the gateway's
 contract can be tested now. It reads tts.requests.interactive and answers each request with
 chunk records on the partition named by `vf-reply-partition`, shaped by the request text:
 "fail" -> a failed final record, "restart" -> attempt a, then attempt b from seq 0,
-"slow" -> one chunk every 200 ms for 10 s (disconnect tests), else 3 chunks + final.
+"slow" -> one chunk every 200 ms for 10 s (disconnect tests), "pause" -> one every 300 ms
+for 3 s (rebalance tests), else 3 chunks + final.
 """
 
 from __future__ import annotations
@@ -137,11 +138,12 @@ class FakeStreamingWorker:
             await chunk(0, tone(0.2))
             await chunk(0, tone(0.2), attempt="b")
             await chunk(1, tone(0.2), attempt="b", final=True, status="succeeded")
-        elif "slow" in request.text:
-            for seq in range(50):
+        elif "slow" in request.text or "pause" in request.text:
+            count, gap = (50, 0.2) if "slow" in request.text else (10, 0.3)
+            for seq in range(count):
                 await chunk(seq, tone(0.2))
-                await asyncio.sleep(0.2)
-            await chunk(50, b"", final=True, status="succeeded")
+                await asyncio.sleep(gap)
+            await chunk(count, b"", final=True, status="succeeded")
         else:
             for seq in range(3):
                 await chunk(seq, tone(0.3))

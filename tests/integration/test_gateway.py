@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from consumers.settings import GatewaySettings, Settings
 from tests.integration.gateway_harness import FAKE_RATE, FakeStreamingWorker, RunningGateway
 from topics.control import decode_control
 from topics.events import ControlCommand
-from topics.specs import CONTROL, REQUESTS_INTERACTIVE
+from topics.specs import CONTROL, REQUESTS, REQUESTS_INTERACTIVE, VOICES
 
 pytestmark = pytest.mark.integration
 
@@ -232,3 +233,86 @@ async def test_a_lagging_lane_gets_503_with_retry_after(settings: Settings, tmp_
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
         assert "3 requests behind" in response.json()["error"]["message"]
         assert "vf_gateway_interactive_lag 3.0" in (await http.get("/metrics")).text
+
+
+async def test_a_rebalance_mid_stream_does_not_strand_the_answer(
+        gw_settings: Settings, api_key: str, voice: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="consumers.gateway.replies")
+    keys = gw_settings.gateway.keys_path()
+    async with RunningGateway(gw_settings, KeyRing(keys)) as one, \
+            FakeStreamingWorker(gw_settings):
+        async def speak() -> bytes:
+            async with client(one, api_key).audio.speech.with_streaming_response.create(
+                    model="tts-1", voice=voice, input="pause between chunks",
+                    response_format="pcm", stream_format="audio") as response:
+                return b"".join([p async for p in response.iter_bytes()])
+
+        answers = [asyncio.create_task(speak()) for _ in range(6)]  # over most partitions
+        await asyncio.sleep(1.0)
+        async with RunningGateway(gw_settings, KeyRing(keys)) as two:  # takes some away
+            pcm = await asyncio.gather(*answers)
+            assert two.gateway.router.partitions
+        assert all(abs(len(p) / 2 / 24_000 - 2.0) < 0.02 for p in pcm)
+    assert "revoked with requests waiting: draining them" in caplog.text  # the path ran
+
+
+async def test_voices_over_http_share_the_cli_registry(gateway: RunningGateway, api_key: str,
+                                                       gw_settings: Settings,
+                                                       tmp_path: Path) -> None:
+    from consumers.clients.demo import REFERENCE_TEXT, make_reference
+    from consumers.wiring import make_store
+    from pipeline.voices import list_voices
+
+    reference = make_reference(tmp_path / "ref.wav")
+    auth = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=auth, timeout=60) as http:
+        created = await http.post("/v1/voices", files={"reference": ("ref.wav", reference)},
+                                  data={"voice_id": "http-voice", "transcript": REFERENCE_TEXT,
+                                        "language": "en"})
+        assert created.status_code == 201, created.text
+        assert created.json()["id"] == "http-voice"
+        assert all(c["ok"] or c["advisory"] for c in created.json()["checks"])
+        assert "http-voice" in [v.voice_id for v in list_voices(make_store(gw_settings.store))]
+        listed = await http.get("/v1/voices")
+        assert "http-voice" in [v["id"] for v in listed.json()["data"]]  # bucket is shared
+        one = await http.get("/v1/voices/http-voice")
+        assert one.json()["transcript"] == REFERENCE_TEXT
+        assert (await http.get("/v1/voices/..")).status_code in (400, 404)
+        assert (await http.get("/v1/voices/nobody")).status_code == 404
+        silent = await http.post("/v1/voices", files={"reference": ("s.wav", _silence())},
+                                 data={"voice_id": "quiet"})
+        assert silent.status_code == 422
+        assert [c["rule"] for c in silent.json()["checks"] if not c["ok"]] == ["not silent"]
+        deleted = await http.delete("/v1/voices/http-voice")
+        assert deleted.status_code == 200 and deleted.json()["deleted"]
+        assert (await http.get("/v1/voices/http-voice")).status_code == 404
+    voices = await produced(gw_settings, VOICES.name, VOICES.partitions)
+    assert voices == 2  # the registration and its tombstone
+
+
+def _silence() -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(b"\0\0" * 16000 * 5)
+    return out.getvalue()
+
+
+async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings: Settings,
+                              voice: str) -> None:
+    script = {"job_id": "http-job-1", "lines": [{"voice": voice, "text": "One."},
+                                                {"voice": voice, "text": "Two."}]}
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30,
+                                 headers={"Authorization": f"Bearer {api_key}"}) as http:
+        created = await http.post("/v1/jobs", json=script)
+        assert created.status_code == 202 and created.json()["total"] == 2
+        status = await http.get("/v1/jobs/http-job-1")
+        assert status.json() == {"id": "http-job-1", "object": "job", "status": "running",
+                                 "total": 2, "done": None}
+        bad = await http.post("/v1/jobs", json={"job_id": "j", "lines": [{"voice": voice}]})
+        assert bad.status_code == 400 and "text" in bad.json()["error"]["message"]
+        assert (await http.get("/v1/jobs/nope")).status_code == 404
+    assert await produced(gw_settings, REQUESTS.name, REQUESTS.partitions) == 2
