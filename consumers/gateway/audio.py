@@ -1,9 +1,9 @@
 """PCM chunks -> the response format OpenAI's clients asked for, and SSE framing.
 
-Streaming: the first chunk's sample rate starts one `ffmpeg` process (s16le mono on stdin,
-the format on stdout, packets flushed as they are made); `Encoder.feed(pcm)` writes to it and
-returns what it has produced so far, `close()` ends its input and returns the rest. `pcm`
-needs no encoder at 24 kHz (OpenAI's pcm rate), else ffmpeg resamples it.
+Streaming: one `ffmpeg` process per answer (s16le mono on stdin, the format on stdout,
+packets flushed as they are made), started for the requested rate before the first chunk
+arrives; `Encoder.feed(pcm)` writes to it, `pieces()` yields what it makes, `close()` ends
+its input. `pcm` needs no encoder at 24 kHz (OpenAI's pcm rate), else ffmpeg resamples it.
 Whole files (no stream_format): `encode_whole` runs ffmpeg once over all the samples, and
 builds `wav` itself so its header carries the real sizes (a piped WAV from ffmpeg cannot).
 
@@ -52,9 +52,12 @@ def _ffmpeg() -> str:
 
 
 def _command(fmt: str, sample_rate: int, *, streaming: bool) -> list[str]:
+    # No probing: the input's format is given, and ffmpeg's default probe buffers about half
+    # a second of audio before it encodes anything (measured: 450 ms to the first frame).
     cmd = [_ffmpeg(), "-nostdin", "-hide_banner", "-loglevel", "error",
+           "-probesize", "32", "-analyzeduration", "0",
            "-f", "s16le", "-ar", str(sample_rate), "-ac", "1", "-i", "pipe:0", *_OUTPUT[fmt]]
-    if streaming:  # write each packet as it is made (input is raw: nothing to probe)
+    if streaming:  # write each packet as it is made
         cmd += ["-flush_packets", "1"]
     return [*cmd, "pipe:1"]
 
@@ -84,25 +87,42 @@ async def encode_whole(fmt: str, pcm: bytes, sample_rate: int) -> bytes:
 
 
 class Encoder:
-    """One streamed response's encoder, started by the first `feed`: a pump task feeds PCM
-    in, the response iterates `pieces()`, which yields encoded bytes as ffmpeg makes them
-    (independently of the input's pace: time to first byte is ffmpeg's, not the next
-    chunk's) and ends after `close()`."""
+    """One streamed response's encoder: a pump task feeds PCM in, the response iterates
+    `pieces()`, which yields encoded bytes as ffmpeg makes them (independently of the
+    input's pace) and ends after `close()`.
+
+    `prestart(rate)` launches ffmpeg for the rate the request asked for while the worker is
+    still synthesizing, so the process start (tens of ms) is not on the first byte's path;
+    a first chunk at another rate replaces it (nothing has been emitted yet).
+    """
 
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
         self._proc: asyncio.subprocess.Process | None = None
+        self._rate: int | None = None
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
         self._passthrough = False
+        self._fed = False
         self._closed = False
 
+    async def prestart(self, sample_rate: int) -> None:
+        if self.fmt == "pcm" and sample_rate == PCM_RATE:
+            return  # nothing to start: passthrough
+        await self._start(sample_rate)
+
     async def feed(self, pcm: bytes, sample_rate: int) -> None:
-        if self._proc is None and not self._passthrough:
-            if self.fmt == "pcm" and sample_rate == PCM_RATE:
-                self._passthrough = True
-            else:
-                await self._start(sample_rate)
+        if not self._fed:
+            self._fed = True
+            if self._proc is not None and self._rate != sample_rate:
+                await self._replace()
+            if self._proc is None:
+                if self.fmt == "pcm" and sample_rate == PCM_RATE:
+                    self._passthrough = True
+                else:
+                    await self._start(sample_rate)
+        elif self._rate is not None and sample_rate != self._rate and not self._passthrough:
+            raise EncoderError(f"sample rate changed mid-stream: {self._rate} -> {sample_rate}")
         if self._passthrough:
             self._queue.put_nowait(pcm)
             return
@@ -112,6 +132,19 @@ class Encoder:
             await self._proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             raise EncoderError(f"ffmpeg {self.fmt} stopped taking input") from None
+
+    async def _replace(self) -> None:
+        """Drop a prestarted ffmpeg that runs at the wrong rate (it has seen no input)."""
+        proc, reader = self._proc, self._reader
+        self._proc = self._reader = None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
 
     async def close(self) -> None:
         """No more input: the pieces end once ffmpeg has written the rest."""
@@ -149,6 +182,7 @@ class Encoder:
         self._queue.put_nowait(None)
 
     async def _start(self, sample_rate: int) -> None:
+        self._rate = sample_rate
         self._proc = await asyncio.create_subprocess_exec(
             *_command(self.fmt, sample_rate, streaming=True), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
@@ -156,11 +190,9 @@ class Encoder:
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        try:
-            while data := await proc.stdout.read(_READ):
-                self._queue.put_nowait(data)
-        finally:
-            self._queue.put_nowait(None)
+        while data := await proc.stdout.read(_READ):
+            self._queue.put_nowait(data)
+        self._queue.put_nowait(None)  # EOF only: a replaced reader is cancelled, not ended
 
 
 def sse_delta(audio: bytes) -> bytes:

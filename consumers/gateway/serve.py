@@ -164,6 +164,9 @@ class SpeechAnswer(Response):
     async def _pump(self, encoder: audio.Encoder) -> tuple[int, str, str] | None:
         """Feed every part's PCM to the encoder; the failure (status, message, code) or None."""
         try:
+            rate = self.order.requests[0].sample_rate
+            if rate is not None:  # ffmpeg starts while the worker synthesizes
+                await encoder.prestart(rate)
             for stream in self.streams:
                 async for piece in stream.pieces():
                     await encoder.feed(piece.pcm, piece.sample_rate)

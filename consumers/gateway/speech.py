@@ -7,9 +7,10 @@ normalisation each; OpenAI allows 4,096) -> one `SynthesisRequest` per part, eac
 through the worker's own `decode_request` rules -> a `SpeechOrder`. The voice's existence
 is checked by the app against the registry (an I/O call) after this pure step.
 
-Every request asks for `stream: true`: the gateway reads its answer only from chunk records
-on its own reply partition of tts.audio, never from tts.results; the stored object is WAV
-(the worker's cheapest format) and the gateway encodes the response format itself.
+Every request asks for `stream: true` and 24 kHz (`REQUEST_RATE`): the gateway reads its
+answer only from chunk records on its own reply partition of tts.audio, never tts.results;
+the stored object is WAV (the worker's cheapest format) and the gateway encodes the
+response format itself.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ MAX_ANNOTATIONS = 256
 SPEED_RANGE = (0.5, 2.0)  # what the engines honour (topics.validation); OpenAI's is 0.25-4.0
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 STREAM_FORMATS = ("audio", "sse")
+# Asked of the worker: OpenAI's pcm rate and CosyVoice's own, so `pcm` needs no encoder and
+# the gateway can start ffmpeg for the other formats before the first chunk arrives.
+REQUEST_RATE = 24_000
 FIELDS = frozenset({"model", "input", "voice", "instructions", "response_format", "speed",
                     "stream_format", "language", "annotations"})
 
@@ -103,8 +107,9 @@ def parse_speech(body: Any, *, tenant: str, request_id: str | None = None) -> Sp
         request = SynthesisRequest(
             request_id=base if len(parts) == 1 else f"{base}-p{i}", voice_id=voice_id,
             text=part, instruct=instructions, language=language, format="wav", speed=speed,
-            stream=True, metadata={"model": model, "tenant": tenant, "gateway_part": i,
-                                   "gateway_parts": len(parts)})
+            sample_rate=REQUEST_RATE, stream=True,
+            metadata={"model": model, "tenant": tenant, "gateway_part": i,
+                      "gateway_parts": len(parts)})
         try:  # the worker's own rules, so nothing the worker would reject is produced
             requests.append(decode_request(encode(request)))
         except VoiceFactoryError as exc:

@@ -98,3 +98,23 @@ def test_sse_events_are_openai_shaped() -> None:
                     "usage": {"input_tokens": 12, "output_tokens": 3000, "total_tokens": 3012}}
     error = json.loads(audio.sse_error("engine_error", "boom")[6:])
     assert error == {"type": "error", "error": {"code": "engine_error", "message": "boom"}}
+
+
+@pytest.mark.parametrize("chunk_rate", [audio.PCM_RATE, RATE])
+async def test_a_prestarted_encoder_is_replaced_when_chunks_come_at_another_rate(
+        chunk_rate: int) -> None:
+    encoder = audio.Encoder("mp3")
+    await encoder.prestart(audio.PCM_RATE)
+    for _ in range(2):
+        await encoder.feed(tone(0.5, chunk_rate), chunk_rate)
+    await encoder.close()
+    codec, seconds = probe("mp3", b"".join([p async for p in encoder.pieces()]))
+    assert codec == "mp3" and abs(seconds - 1.0) < 0.08, seconds
+
+
+async def test_the_rate_may_not_change_mid_stream() -> None:
+    encoder = audio.Encoder("flac")
+    await encoder.feed(tone(0.1), RATE)
+    with pytest.raises(audio.EncoderError, match="22050 -> 24000"):
+        await encoder.feed(tone(0.1, audio.PCM_RATE), audio.PCM_RATE)
+    await encoder.abort()

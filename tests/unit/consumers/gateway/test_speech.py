@@ -30,6 +30,7 @@ def test_a_minimal_body_becomes_one_streamed_wav_request() -> None:
         ("tts-1", "narrator-1", "mp3", None)
     [request] = o.requests
     assert request.stream and request.format == "wav" and request.text == "Hello there."
+    assert request.sample_rate == 24_000  # pcm needs no encoder; ffmpeg can start early
     assert request.metadata == {"model": "tts-1", "tenant": "acme", "gateway_part": 0,
                                 "gateway_parts": 1}
 
