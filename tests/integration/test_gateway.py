@@ -148,18 +148,25 @@ async def test_hostile_requests_get_4xx_and_nothing_reaches_kafka(
                           REQUESTS_INTERACTIVE.partitions) == 0
 
 
+@pytest.mark.parametrize("stream_format", ["audio", None])
 async def test_a_client_that_leaves_cancels_its_request(gateway: RunningGateway, api_key: str,
-                                                        gw_settings: Settings,
-                                                        voice: str) -> None:
-    async with FakeStreamingWorker(gw_settings), httpx.AsyncClient(base_url=gateway.url) as http:
+                                                        gw_settings: Settings, voice: str,
+                                                        stream_format: str | None) -> None:
+    async with FakeStreamingWorker(gw_settings) as fake, \
+            httpx.AsyncClient(base_url=gateway.url) as http:
         body = {"model": "tts-1", "voice": voice, "input": "slow please",
-                "stream_format": "audio", "response_format": "pcm"}
-        async with http.stream("POST", "/v1/audio/speech", json=body, timeout=30,
-                               headers={"Authorization": f"Bearer {api_key}"}) as response:
-            assert response.status_code == 200
-            request_id = response.headers["x-request-id"]
-            async for _ in response.aiter_bytes():
-                break  # one piece of audio, then hang up
+                "stream_format": stream_format, "response_format": "pcm"}
+        auth = {"Authorization": f"Bearer {api_key}"}
+        if stream_format is not None:
+            async with http.stream("POST", "/v1/audio/speech", json=body, timeout=30,
+                                   headers=auth) as response:
+                assert response.status_code == 200
+                async for _ in response.aiter_bytes():
+                    break  # one piece of audio, then hang up
+        else:  # the whole file: the client gives up waiting for it
+            with pytest.raises(httpx.ReadTimeout):
+                await http.post("/v1/audio/speech", json=body, headers=auth, timeout=1.5)
+        [(request, _)] = fake.seen
     consumer = make_consumer(gw_settings.kafka, group_id=None, auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -170,7 +177,7 @@ async def test_a_client_that_leaves_cancels_its_request(gateway: RunningGateway,
         while not cancels and asyncio.get_running_loop().time() < deadline:
             for records in (await consumer.getmany(timeout_ms=200)).values():
                 cancels += [decode_control(r.value) for r in records]
-        assert [c.request_id for c in cancels] == [request_id]
+        assert [c.request_id for c in cancels] == [request.request_id]
         assert cancels[0].action == "cancel"
     finally:
         await consumer.stop()

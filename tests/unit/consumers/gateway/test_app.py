@@ -79,6 +79,15 @@ def test_bodies_over_the_limit_are_refused_declared_or_streamed(http: TestClient
     too_big = http.post("/v1/voices", content=b"x" * 5001, headers=auth)
     assert too_big.status_code == 413
 
+    def parts() -> Iterator[bytes]:  # a chunked multipart upload that grows past the limit
+        yield b'--b\r\nContent-Disposition: form-data; name="reference"; filename="r.wav"\r\n\r\n'
+        for _ in range(60):
+            yield b"x" * 100
+
+    upload_chunked = http.post("/v1/voices", content=parts(), headers={
+        **auth, "Content-Type": "multipart/form-data; boundary=b"})
+    assert upload_chunked.status_code == 413, upload_chunked.text
+
 
 def test_metrics_count_routes_by_template_and_health_needs_no_key(http: TestClient,
                                                                   gateway: Gateway) -> None:
