@@ -7,7 +7,8 @@ GET /v1/voices, GET /v1/voices/{id}: voice.json objects; DELETE: `remove_voice` 
 POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) ->
   `put_manifest` (409 when the job ID already finished) -> requests on tts.requests (202).
 GET /v1/jobs/{id}: job.json once the aggregator closed the job (status, clips, subtitles
-  link), else "running" with the script's line count.
+  link), else "running" with the lines answered so far (`consumers.gateway.progress` reads
+  the job's tts.results partition from the script's creation time).
 The store is synchronous (minio): its calls run in a thread, off the event loop.
 """
 
@@ -27,6 +28,7 @@ from starlette.routing import Route
 from consumers.aggregator.state import decode_manifest
 from consumers.clients.jobs import JobAlreadyFinished, put_manifest
 from consumers.clients.scripts import ScriptError, parse_script
+from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import error_body
 from pipeline import keys
@@ -166,8 +168,12 @@ async def job(request: Request) -> Response:
     if script is None:
         return _error(404, f"job {job_id!r} is unknown", "job_not_found")
     manifest = decode_manifest(script)
+    progress = await job_progress(gw.settings.kafka, gw.names.results, job_id,
+                                  manifest.created_at)
     return _json({"id": job_id, "object": "job", "status": "running",
-                  "total": manifest.total, "done": None})
+                  "total": manifest.total, "done": progress.done,
+                  "succeeded": progress.succeeded, "failed": progress.done - progress.succeeded,
+                  "progress_complete": progress.complete})
 
 
 def routes() -> list[Route]:

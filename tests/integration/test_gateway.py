@@ -319,7 +319,11 @@ async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings
         assert created.status_code == 202 and created.json()["total"] == 2
         status = await http.get("/v1/jobs/http-job-1")
         assert status.json() == {"id": "http-job-1", "object": "job", "status": "running",
-                                 "total": 2, "done": None}
+                                 "total": 2, "done": 0, "succeeded": 0, "failed": 0,
+                                 "progress_complete": True}
+        await _answer_line(gw_settings, "http-job-1", 1, total=2, voice=voice)
+        status = await http.get("/v1/jobs/http-job-1")
+        assert (status.json()["done"], status.json()["succeeded"]) == (1, 1)
         bad = await http.post("/v1/jobs", json={"job_id": "j", "lines": [{"voice": voice}]})
         assert bad.status_code == 400 and "text" in bad.json()["error"]["message"]
         assert (await http.get("/v1/jobs/nope")).status_code == 404
@@ -377,3 +381,21 @@ async def test_a_replica_killed_mid_stream_fails_its_clients_only(
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
+
+
+async def _answer_line(settings: Settings, job_id: str, index: int, *, total: int,
+                       voice: str) -> None:
+    """A result of one job line on tts.results, keyed by the job ID (what a worker writes)."""
+    from consumers.kafka import make_producer
+    from topics.events import JobRef, SynthesisResult, encode
+
+    result = SynthesisResult(request_id=f"{job_id}-{index:04d}", voice_id=voice,
+                             status="succeeded", completed_at="2026-01-01T00:00:00+00:00",
+                             job=JobRef(id=job_id, index=index, total=total))
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.kafka.topic_prefix + "tts.results", encode(result),
+                                     key=result.result_key())
+    finally:
+        await producer.stop()
