@@ -35,6 +35,7 @@ from consumers.gateway.replies import NoReplyPartition, ReplyStream
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import SpeechAnswer, error_body
 from consumers.gateway.speech import BadField, parse_speech
+from topics.errors import ErrorCode, VoiceFactoryError
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,16 @@ async def _too_large(request: Request, exc: Exception) -> Response:
     return json_error(413, str(exc), "body_too_large")
 
 
+async def _store_error(request: Request, exc: Exception) -> Response:
+    """The object store (voice registry, job manifests) failed: the caller may retry."""
+    assert isinstance(exc, VoiceFactoryError)
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    if exc.code == ErrorCode.STORAGE_ERROR:
+        return json_error(503, "the object store is unavailable; retry later",
+                          "storage_unavailable", retry_after=1)
+    return json_error(500, str(exc), str(exc.code))
+
+
 def build_app(gateway: Gateway) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -135,7 +146,8 @@ def build_app(gateway: Gateway) -> ASGIApp:
         Route("/v1/audio/speech", speech, methods=["POST"]),
         *resources.routes(),
         Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
-    ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large})
+    ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
+                                              VoiceFactoryError: _store_error})
     app.state.gateway = gateway
     return Guard(app, gateway)
 

@@ -159,9 +159,12 @@ class Encoder:
         proc.stdin.close()
         if self._reader is not None:
             await self._reader
+        assert proc.stderr is not None
+        err = await proc.stderr.read()  # -loglevel error: a line or two at most
         code = await proc.wait()
         if code != 0:
-            raise EncoderError(f"ffmpeg {self.fmt} exited with {code}")
+            raise EncoderError(f"ffmpeg {self.fmt} exited with {code}: "
+                               f"{err.decode(errors='replace').strip()[:200]}")
 
     async def pieces(self) -> AsyncIterator[bytes]:
         while (piece := await self._queue.get()) is not None:
@@ -185,7 +188,7 @@ class Encoder:
         self._rate = sample_rate
         self._proc = await asyncio.create_subprocess_exec(
             *_command(self.fmt, sample_rate, streaming=True), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         self._reader = asyncio.create_task(self._read(self._proc))
 
     async def _read(self, proc: asyncio.subprocess.Process) -> None:

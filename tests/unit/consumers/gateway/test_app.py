@@ -109,3 +109,19 @@ def test_no_key_reaches_a_log_line(http: TestClient, gateway: Gateway,
                   headers={"Authorization": f"Bearer {key}"})
         http.post("/v1/audio/speech", json={}, headers={"Authorization": "Bearer vf-guess"})
     assert key not in caplog.text and "vf-guess" not in caplog.text
+
+
+def test_a_store_outage_is_503_with_retry_after(http: TestClient, gateway: Gateway) -> None:
+    from topics.errors import ErrorCode, VoiceFactoryError
+
+    def down(key: str) -> None:
+        raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"stat {key}: connection refused")
+
+    gateway.store.stat = down  # type: ignore[method-assign]
+    gateway.store.get = down  # type: ignore[method-assign]
+    auth = {"Authorization": f"Bearer {key_for(gateway)}"}
+    speech = http.post("/v1/audio/speech", headers=auth,
+                       json={"model": "tts-1", "input": "Hi.", "voice": "narrator-1"})
+    assert speech.status_code == 503 and speech.headers["retry-after"] == "1"
+    assert speech.json()["error"]["code"] == "storage_unavailable"
+    assert http.get("/v1/voices/v1", headers=auth).status_code == 503
