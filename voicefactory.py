@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from consumers.gateway.cli import add_parser as add_gateway_parser
 from consumers.settings import Settings, find_checkout, state_dir
 from topics.errors import VoiceFactoryError
 
@@ -361,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--from-beginning", action="store_true")
     tail.add_argument("--limit", type=int, help="stop after this many results")
     results.set_defaults(func=cmd_results)
+    add_gateway_parser(sub, common)
     return parser
 
 
@@ -369,10 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    except VoiceFactoryError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAIL
-    except (OSError, RuntimeError, ValueError, TimeoutError) as exc:
+    except (VoiceFactoryError, OSError, RuntimeError, ValueError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:

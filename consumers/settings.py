@@ -1,6 +1,7 @@
 """Runtime settings of every process, read once from `VF_*` environment variables.
 
-    environment --Settings.from_env()--> Settings(kafka, store, engine, worker, aggregator)
+    environment --Settings.from_env()--> Settings(kafka, store, engine, worker, aggregator,
+        gateway)
         --> the CLI applies its flags (with_overrides) --> consumers.wiring builds the process
         --> to_env() hands the same values to child processes (bench, fault tests)
 
@@ -146,12 +147,35 @@ class AggregatorSettings:
 
 
 @dataclass(frozen=True)
+class GatewaySettings:
+    """`voicefactory gateway` (docs/gateway.md): HTTP in front of the interactive lane."""
+
+    host: str = var("VF_GATEWAY_HOST", "0.0.0.0")  # noqa: S104 - the Service reaches the pod
+    port: int = var("VF_GATEWAY_PORT", 8080)
+    keys_file: str = var("VF_GATEWAY_KEYS_FILE", "")  # "": <state dir>/gateway-keys
+    max_body_bytes: int = var("VF_GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
+    max_upload_bytes: int = var("VF_GATEWAY_MAX_UPLOAD_BYTES", 20 * 1024 * 1024)
+    # `keys add` without --rate / --streams: requests a second and concurrent streams
+    default_rate: float = var("VF_GATEWAY_DEFAULT_RATE", 10.0)
+    default_streams: int = var("VF_GATEWAY_DEFAULT_STREAMS", 4)
+    # vf-synth's lag on tts.requests.interactive above which speech gets 503 + Retry-After
+    lag_threshold: int = var("VF_GATEWAY_LAG_THRESHOLD", 200)
+    lag_interval_s: float = var("VF_GATEWAY_LAG_INTERVAL_S", 2.0)
+    timeout_s: float = var("VF_GATEWAY_TIMEOUT_S", 120.0)  # a speech request's whole answer
+    group_id: str = var("VF_GATEWAY_GROUP_ID", "vf-gateway")  # reply partitions of tts.audio
+
+    def keys_path(self, environ: Mapping[str, str] | None = None) -> Path:
+        return Path(self.keys_file) if self.keys_file else state_dir(environ) / "gateway-keys"
+
+
+@dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     aggregator: AggregatorSettings = field(default_factory=AggregatorSettings)
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

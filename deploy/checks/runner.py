@@ -6,6 +6,7 @@ Data flow: `run_all(layout)` runs the checks in CHECKS order and collects `Outco
     kubeconform    rendered YAML x Kubernetes versions, strict, with the KEDA and
                    Prometheus-operator CRD schemas; a kind without a schema fails
     policy         rendered YAML -> deploy.checks.policy (probes, GPU, drain, PDB, KEDA)
+                   and deploy.checks.gateway_policy (probes, keys Secret, HPA bounds)
     promtool       `promtool check rules` on alerts.yml and on the PrometheusRule's rules,
                    `promtool check config` on the compose Prometheus config
     rule-sync      the PrometheusRule manifest is what alerts.yml generates
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from deploy.checks import dashboard, exported, policy, promql, rules
+from deploy.checks import dashboard, exported, gateway_policy, policy, promql, rules
 from deploy.tools import install
 
 __all__ = ["CHECKS", "Layout", "Outcome", "run_all"]
@@ -142,8 +143,10 @@ def check_kubeconform(layout: Layout) -> list[str]:
 def check_policy(layout: Layout) -> list[str]:
     problems = []
     for overlay, text in _rendered(layout).items():
+        docs = policy.parse(text)
         problems += [f"{overlay}: {p}"
-                     for p in policy.worker_policy(policy.parse(text), gpu=OVERLAYS[overlay])]
+                     for p in policy.worker_policy(docs, gpu=OVERLAYS[overlay])]
+        problems += [f"{overlay}: {p}" for p in gateway_policy.gateway_policy(docs)]
     return problems
 
 

@@ -72,7 +72,11 @@ def test_every_variable_name_is_declared_once_and_kept() -> None:
             "VF_INTERACTIVE_DEADLINE_S",
             "VF_CANCEL_TTL_S", "VF_CANCEL_MAX_ENTRIES", "VF_JOB_GAP_MS",
             "VF_JOB_TIMEOUT_SECONDS", "VF_AGGREGATOR_PORT",
-            "VF_AGGREGATOR_DATADIR", "VF_AGGREGATOR_REPLICATION_FACTOR"} == set(env)
+            "VF_AGGREGATOR_DATADIR", "VF_AGGREGATOR_REPLICATION_FACTOR",
+            "VF_GATEWAY_HOST", "VF_GATEWAY_PORT", "VF_GATEWAY_KEYS_FILE",
+            "VF_GATEWAY_MAX_BODY_BYTES", "VF_GATEWAY_MAX_UPLOAD_BYTES", "VF_GATEWAY_DEFAULT_RATE",
+            "VF_GATEWAY_DEFAULT_STREAMS", "VF_GATEWAY_LAG_THRESHOLD", "VF_GATEWAY_LAG_INTERVAL_S",
+            "VF_GATEWAY_TIMEOUT_S", "VF_GATEWAY_GROUP_ID"} == set(env)
 
 
 def test_to_env_round_trips_and_reveals_secrets_only_there() -> None:

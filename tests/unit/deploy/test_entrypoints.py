@@ -39,7 +39,7 @@ def test_worker_is_the_default_and_logs_json(tmp_path: Path) -> None:
 
 def test_refuses_to_start_without_a_bootstrap(tmp_path: Path) -> None:
     env = _fake_voicefactory(tmp_path)
-    for command in ("worker", "aggregator", "topics"):
+    for command in ("worker", "aggregator", "gateway", "topics"):
         done = _entrypoint(env, command)
         assert done.returncode == 2
         assert "VF_KAFKA_BOOTSTRAP is not set" in done.stderr

@@ -188,6 +188,15 @@ def test_kubeconform_fails_on_a_kind_without_schema(
     ("base/kustomization.yaml", "      - VF_S3_REGION=us-east-1",
      "      - VF_S3_REGION=us-east-1\n      - VF_S3_SECRET_KEY=hunter2",
      "holds VF_S3_SECRET_KEY, which belongs in the Secret"),
+    ("base/gateway-hpa.yaml", "maxReplicas: 12", "maxReplicas: 20",
+     "gateway maxReplicas 20 exceeds the 12 partitions of tts.audio"),
+    ("base/gateway-hpa.yaml", "minReplicas: 2", "minReplicas: 1", "gateway minReplicas 1"),
+    ("base/gateway-deployment.yaml", "path: /readyz", "path: /healthz",
+     "gateway readinessProbe must GET /readyz"),
+    ("base/gateway-deployment.yaml", "value: /etc/voicefactory/gateway-keys/keys",
+     "value: /var/lib/voicefactory/keys", "is not inside a mounted Secret volume"),
+    ("base/gateway-service.yaml", "sessionAffinity: None", "sessionAffinity: ClientIP",
+     "must not pin clients"),
 ])
 def test_policy_catches_a_broken_copy(checkout: Callable[[], runner.Layout], path: str,
                                       old: str, new: str, expected: str) -> None:

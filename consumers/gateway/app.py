@@ -1,0 +1,238 @@
+"""The gateway's ASGI app (Starlette on uvicorn): HTTP in, lane requests out, replies back.
+
+    request -> `Guard` (pure ASGI, outermost): /v1/* needs `Authorization: Bearer KEY`
+      (401), the tenant's token bucket (429 + Retry-After), a declared body within the limit
+      (413 before reading), and counts the body as it arrives (413 once over, whatever the
+      framing); every exchange -> vf_gateway_requests_total{route,status}
+    -> Starlette routes: speech (below), voices and jobs (`consumers.gateway.resources`),
+      /healthz, /readyz, /metrics
+    speech: body -> JSON -> `parse_speech` (400) -> voice registered? (404) -> lane lag under
+      the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
+      -> requests produced to tts.requests.interactive with `vf-reply-partition`
+      -> `SpeechAnswer` streams the chunk records back (consumers.gateway.serve).
+Nothing reaches Kafka before every check passed. Keys and secrets never reach a log line:
+only tenant names are logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from consumers.gateway import resources
+from consumers.gateway.keys import Tenant, bearer
+from consumers.gateway.replies import NoReplyPartition, ReplyStream
+from consumers.gateway.runtime import Gateway
+from consumers.gateway.serve import SpeechAnswer, error_body
+from consumers.gateway.speech import BadField, parse_speech
+from topics.errors import ErrorCode, VoiceFactoryError
+
+log = logging.getLogger(__name__)
+
+class BodyTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body over the limit of {limit:,} bytes")
+        self.limit = limit
+
+
+def json_error(status: int, message: str, code: str, *, param: str | None = None,
+               retry_after: int | None = None) -> Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return Response(error_body(status, message, code, param), status, headers,
+                    media_type="application/json")
+
+
+# -- routes ----------------------------------------------------------------------------------
+
+async def speech(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    received = time.monotonic()
+    tenant: Tenant = request.state.tenant
+    try:
+        body = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        return json_error(400, f"the body is not JSON: {exc}", "invalid_json")
+    try:
+        order = parse_speech(body, tenant=tenant.name)
+    except BadField as exc:
+        return json_error(400, str(exc), "invalid_request", param=exc.field)
+    if not await gw.voice_exists(order.voice_id):
+        return json_error(404, f"voice {order.voice_id!r} is not registered (POST /v1/voices)",
+                          "voice_not_found", param="voice")
+    limits = gw.settings.gateway
+    if gw.lag.lag is not None and gw.lag.lag > limits.lag_threshold:
+        return json_error(503, f"the interactive lane is {gw.lag.lag} requests behind "
+                               f"(threshold {limits.lag_threshold}); retry later",
+                          "overloaded", retry_after=max(1, round(limits.lag_interval_s)))
+    refusal = gw.limiter.open_stream(tenant)
+    if refusal is not None:
+        return json_error(429, refusal.reason, "too_many_streams",
+                          retry_after=refusal.retry_after_s)
+    ids = [r.request_id for r in order.requests]
+
+    def on_end() -> None:
+        gw.router.unregister(ids)
+        gw.limiter.close_stream(tenant)
+        gw.metrics.set_open_streams(gw.limiter.open_streams())
+
+    try:
+        partition = gw.router.register(ids)
+        await gw.produce(gw.names.requests_interactive, order.requests, partition)
+    except NoReplyPartition as exc:
+        on_end()
+        return json_error(503, str(exc), "not_ready", retry_after=1)
+    except Exception as exc:
+        on_end()
+        log.warning("speech request of tenant %s not produced: %s", tenant.name, exc)
+        return json_error(503, "the request could not be queued; retry later", "kafka_error",
+                          retry_after=1)
+    gw.metrics.set_open_streams(gw.limiter.open_streams())
+    streams = [ReplyStream(i, gw.router.queue(i), limits.timeout_s) for i in ids]
+    return SpeechAnswer(order, streams, received_at=received,
+                        on_first_byte=gw.metrics.observe_ttfb, on_cancel=gw.cancel,
+                        on_end=on_end)
+
+
+async def healthz(request: Request) -> Response:
+    return Response(b'{"status": "ok"}', media_type="application/json")
+
+
+async def readyz(request: Request) -> Response:
+    ok, checks = request.app.state.gateway.readiness()
+    body = orjson.dumps({"status": "ok" if ok else "unavailable", "checks": checks})
+    return Response(body, 200 if ok else 503, media_type="application/json")
+
+
+async def metrics(request: Request) -> Response:
+    payload, content_type = request.app.state.gateway.metrics.render()
+    return Response(payload, media_type=content_type)
+
+
+async def _too_large(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BodyTooLarge)
+    return json_error(413, str(exc), "body_too_large")
+
+
+async def _store_error(request: Request, exc: Exception) -> Response:
+    """The object store (voice registry, job manifests) failed: the caller may retry."""
+    assert isinstance(exc, VoiceFactoryError)
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    if exc.code == ErrorCode.STORAGE_ERROR:
+        return json_error(503, "the object store is unavailable; retry later",
+                          "storage_unavailable", retry_after=1)
+    return json_error(500, str(exc), str(exc.code))
+
+
+def build_app(gateway: Gateway) -> ASGIApp:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = Starlette(routes=[
+        Route("/v1/audio/speech", speech, methods=["POST"]),
+        *resources.routes(),
+        Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
+    ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
+                                              VoiceFactoryError: _store_error})
+    app.state.gateway = gateway
+    return Guard(app, gateway)
+
+
+# -- the guard in front of everything ---------------------------------------------------------
+
+_ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
+           (re.compile(r"/v1/jobs/[^/]+"), "/v1/jobs/{id}"))
+_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/healthz", "/readyz", "/metrics"}
+
+
+def route_label(path: str) -> str:
+    """The route template for metrics: a closed label set, never the raw path."""
+    if path in _KNOWN:
+        return path
+    for pattern, label in _ROUTES:
+        if pattern.fullmatch(path):
+            return label
+    return "other"
+
+
+class Guard:
+    def __init__(self, app: Starlette, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        status = [500]
+
+        async def counted_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            refusal = self._refuse(scope) if path.startswith("/v1/") else None
+            if refusal is not None:
+                await refusal(scope, receive, counted_send)
+                return
+            limit = (self.gateway.settings.gateway.max_upload_bytes
+                     if path == "/v1/voices" and method == "POST"
+                     else self.gateway.settings.gateway.max_body_bytes)
+            await self.app(scope, _limited(receive, limit), counted_send)
+        finally:
+            self.gateway.metrics.on_response(route_label(path), status[0])
+
+    def _refuse(self, scope: Scope) -> Response | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope["headers"]}
+        key = bearer(headers.get("authorization"))
+        if not key:
+            return json_error(401, "missing API key: send Authorization: Bearer KEY",
+                              "missing_api_key")
+        tenant = self.gateway.keys.lookup(key)
+        if tenant is None:
+            return json_error(401, "invalid API key", "invalid_api_key")
+        refusal = self.gateway.limiter.admit(tenant)
+        if refusal is not None:
+            return json_error(429, refusal.reason, "rate_limited",
+                              retry_after=refusal.retry_after_s)
+        limits = self.gateway.settings.gateway
+        limit = (limits.max_upload_bytes if scope["path"] == "/v1/voices"
+                 and scope["method"] == "POST" else limits.max_body_bytes)
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return json_error(413, f"request body of {int(declared):,} bytes is over the limit "
+                                   f"of {limit:,} bytes", "body_too_large")
+        scope.setdefault("state", {})["tenant"] = tenant
+        return None
+
+
+def _limited(receive: Receive, limit: int) -> Receive:
+    seen = 0
+
+    async def limited() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return limited

@@ -1,0 +1,54 @@
+"""Gateway metrics on their own registry, served at the gateway's `/metrics`.
+
+The app calls the hooks: every finished HTTP exchange -> `on_response(route, status)`; a
+speech answer's first audio byte -> `observe_ttfb(seconds)`; streams opening and closing ->
+`set_open_streams(n)`; the lag sampler -> `set_lag(n)`. Names (dashboard contract):
+
+    vf_gateway_requests_total{route,status}   route is the template (/v1/voices/{id})
+    vf_gateway_ttfb_seconds                   request received -> first audio byte out
+    vf_gateway_open_streams                   speech answers in progress
+    vf_gateway_interactive_lag                vf-synth's lag on tts.requests.interactive
+    vf_gateway_cancels_total                  cancels produced to tts.control
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from consumers.metrics import CONTENT_TYPE
+
+# 5 ms .. 10 s: a cached bench-engine answer and a cold CPU synthesis both land in a bucket.
+TTFB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._requests = Counter("vf_gateway_requests", "HTTP requests by route and status",
+                                 ["route", "status"], registry=r)
+        self._ttfb = Histogram("vf_gateway_ttfb_seconds", "Request received to first audio byte",
+                               buckets=TTFB_BUCKETS, registry=r)
+        self._streams = Gauge("vf_gateway_open_streams", "Speech answers in progress", registry=r)
+        self._lag = Gauge("vf_gateway_interactive_lag",
+                          "Synthesis group lag on tts.requests.interactive", registry=r)
+        self._cancels = Counter("vf_gateway_cancels", "Cancels produced to tts.control",
+                                registry=r)
+
+    def on_response(self, route: str, status: int) -> None:
+        self._requests.labels(route=route, status=str(status)).inc()
+
+    def observe_ttfb(self, seconds: float) -> None:
+        self._ttfb.observe(seconds)
+
+    def set_open_streams(self, n: int) -> None:
+        self._streams.set(n)
+
+    def set_lag(self, lag: int) -> None:
+        self._lag.set(lag)
+
+    def on_cancel(self) -> None:
+        self._cancels.inc()
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE

@@ -1,0 +1,71 @@
+"""A running job's progress for `GET /v1/jobs/{id}`, read from its one tts.results partition.
+
+Results of a job are keyed by its job ID, so they all sit in one partition. The script's
+`created_at` (script.json) -> ListOffsets by timestamp gives the first offset that can hold
+one of its results -> a group-less consumer reads from there to the end offset noted at the
+start (never waiting for new records) -> one status per line index (the latest answer wins,
+duplicates count once). Bounded by `limit_s`: a status call never hangs on a busy partition;
+it then says `complete: false`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from aiokafka import TopicPartition
+
+from consumers.kafka import make_consumer
+from consumers.settings import KafkaSettings
+from topics.events import decode_result
+from topics.partitioning import partition_for
+from topics.specs import RESULTS
+
+
+@dataclass
+class Progress:
+    statuses: dict[int, str] = field(default_factory=dict)  # line index -> latest status
+    complete: bool = True  # False when the read stopped at limit_s
+
+    @property
+    def done(self) -> int:
+        return len(self.statuses)
+
+    @property
+    def succeeded(self) -> int:
+        return sum(1 for s in self.statuses.values() if s == "succeeded")
+
+
+async def job_progress(kafka: KafkaSettings, topic: str, job_id: str, created_at: str, *,
+                       limit_s: float = 5.0) -> Progress:
+    tp = TopicPartition(topic, partition_for(job_id, RESULTS.partitions))
+    since_ms = int(datetime.fromisoformat(created_at).timestamp() * 1000) - 60_000  # clock skew
+    consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    progress = Progress()
+    try:
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        found = (await consumer.offsets_for_times({tp: max(0, since_ms)}))[tp]
+        if found is None:  # nothing written since the job started
+            return progress
+        consumer.seek(tp, found.offset)
+        deadline = time.monotonic() + limit_s
+        key = job_id.encode()
+        while await consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                progress.complete = False
+                break
+            batches = await consumer.getmany(tp, timeout_ms=200)
+            for record in batches.get(tp, []):
+                if record.key != key or not record.value:
+                    continue
+                result = decode_result(record.value)
+                if result.job is not None and result.job.id == job_id:
+                    progress.statuses[result.job.index] = result.status
+            await asyncio.sleep(0)
+    finally:
+        await consumer.stop()
+    return progress

@@ -1,0 +1,120 @@
+"""One gateway replica's long-lived parts, started and stopped with the app's lifespan.
+
+`Gateway.start()`: the producer (requests, cancels, voice events), the `ReplyRouter` (this
+replica's partitions of tts.audio), the admin client and the `LagSampler`; the keys file is
+read at construction. Routes reach it as `request.app.state.gateway`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from consumers.gateway.keys import KeyRing
+from consumers.gateway.lag import LagSampler
+from consumers.gateway.limits import Limiter
+from consumers.gateway.metrics import GatewayMetrics
+from consumers.gateway.replies import ReplyRouter
+from consumers.kafka import make_producer, security_kwargs
+from consumers.settings import Settings
+from consumers.wiring import make_store
+from pipeline import keys as object_keys
+from pipeline.storage import ObjectStore
+from topics.admin import admin_client
+from topics.chunks import REPLY_PARTITION
+from topics.control import cancel, control_key
+from topics.events import SynthesisRequest, encode
+from topics.specs import REQUESTS_INTERACTIVE, topic_names
+
+log = logging.getLogger(__name__)
+
+VOICE_TTL_S = 10.0  # a voice seen registered is trusted this long without asking the store
+
+
+class Gateway:
+    """One replica's long-lived parts: producer, reply router, lag sampler, keys, limits."""
+
+    def __init__(self, settings: Settings, *, store: ObjectStore | None = None,
+                 keyring: KeyRing | None = None) -> None:
+        self.settings = settings
+        self.names = topic_names(settings.kafka.topic_prefix)
+        self.keys = keyring if keyring is not None else KeyRing(settings.gateway.keys_path())
+        self.limiter = Limiter()
+        self.metrics = GatewayMetrics()
+        self.store = store if store is not None else make_store(settings.store)
+        self.router = ReplyRouter(settings.kafka, self.names.audio,
+                                  group_id=settings.gateway.group_id,
+                                  instance_id=settings.worker.instance_id)
+        self.producer: AIOKafkaProducer | None = None
+        self._admin: AIOKafkaAdminClient | None = None  # made in start(): needs a loop
+        self.lag = LagSampler(admin=lambda: self._admin, offsets=lambda: self.router.consumer,
+                              topic=self.names.requests_interactive,
+                              partitions=REQUESTS_INTERACTIVE.partitions,
+                              group_id=settings.worker.group_id,
+                              interval_s=settings.gateway.lag_interval_s,
+                              on_sample=self.metrics.set_lag)
+        self._voices_seen: dict[str, float] = {}
+
+    async def start(self) -> None:
+        self.producer = make_producer(self.settings.kafka, linger_ms=0)
+        await self.producer.start()
+        await self.router.start()
+        kafka = self.settings.kafka
+        self._admin = admin_client(kafka.bootstrap, **security_kwargs(kafka))
+        await self._admin.start()
+        self.lag.start()
+        log.info("gateway started: %d key(s), reply group %s", len(self.keys),
+                 self.settings.gateway.group_id)
+
+    async def stop(self) -> None:
+        await self.lag.stop()
+        if self._admin is not None:
+            await self._admin.close()
+            self._admin = None
+        await self.router.stop()
+        if self.producer is not None:
+            await self.producer.stop()
+            self.producer = None
+
+    async def produce(self, topic: str, requests: list[SynthesisRequest],
+                      partition: int | None = None) -> None:
+        assert self.producer is not None
+        headers = [(REPLY_PARTITION, str(partition).encode())] if partition is not None else []
+        sent = [await self.producer.send(topic, encode(r), key=r.voice_id.encode(),
+                                         headers=headers) for r in requests]
+        await asyncio.gather(*sent)
+
+    async def cancel(self, request_ids: list[str], reason: str) -> None:
+        if self.producer is None:
+            return
+        for request_id in request_ids:
+            command = cancel(request_id=request_id, reason=reason)
+            try:
+                await self.producer.send_and_wait(self.names.control, encode(command),
+                                                  key=control_key(command))
+                self.metrics.on_cancel()
+            except Exception as exc:  # the worker still answers; the cancel was an economy
+                log.warning("cancel of %s not produced: %s", request_id, exc)
+        log.info("cancelled %s: %s", ", ".join(request_ids), reason)
+
+    async def voice_exists(self, voice_id: str) -> bool:
+        seen = self._voices_seen.get(voice_id)
+        if seen is not None and time.monotonic() - seen < VOICE_TTL_S:
+            return True
+        info = await asyncio.to_thread(self.store.stat, object_keys.voice_json_key(voice_id))
+        if info is None:
+            self._voices_seen.pop(voice_id, None)
+            return False
+        self._voices_seen[voice_id] = time.monotonic()
+        return True
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        checks: dict[str, object] = {"producer": self.producer is not None,
+                                     "reply_partitions": self.router.partitions,
+                                     "keys": len(self.keys), "interactive_lag": self.lag.lag}
+        return (self.producer is not None and bool(self.router.partitions)
+                and self.keys.loaded), checks

@@ -1,0 +1,150 @@
+"""The gateway in-process on 127.0.0.1 (uvicorn), and a fake worker for its reply path.
+
+`RunningGateway`: `Gateway` + `build_app` served by uvicorn on a free port, on the test's
+event loop, ready once it holds reply partitions. `FakeStreamingWorker` is NOT the real
+worker: it stands in for the streaming worker (branch `stream`) so the gateway's side of the
+contract can be tested now. It reads tts.requests.interactive and answers each request with
+chunk records on the partition named by `vf-reply-partition`, shaped by the request text:
+"fail" -> a failed final record, "restart" -> attempt a, then attempt b from seq 0,
+"slow" -> one chunk every 200 ms for 10 s (disconnect tests), "pause" -> one every 300 ms
+for 3 s (rebalance tests), else 3 chunks + final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import socket
+import struct
+from dataclasses import dataclass, field
+
+import uvicorn
+from aiokafka import TopicPartition
+
+from consumers.gateway.app import build_app
+from consumers.gateway.keys import KeyRing
+from consumers.gateway.runtime import Gateway
+from consumers.kafka import make_consumer, make_producer
+from consumers.settings import Settings
+from topics.chunks import chunk_headers, reply_partition
+from topics.events import SynthesisRequest
+from topics.specs import REQUESTS_INTERACTIVE
+from topics.validation import decode_request
+
+FAKE_RATE = 22050  # not 24 kHz: `pcm` answers are resampled by ffmpeg
+
+
+def tone(seconds: float, rate: int = FAKE_RATE, hz: float = 220.0) -> bytes:
+    count = int(seconds * rate)
+    return struct.pack(f"<{count}h", *(int(8000 * math.sin(2 * math.pi * hz * i / rate))
+                                       for i in range(count)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RunningGateway:
+    def __init__(self, settings: Settings, keyring: KeyRing) -> None:
+        self.port = free_port()
+        self.gateway = Gateway(settings, keyring=keyring)
+        config = uvicorn.Config(build_app(self.gateway), host="127.0.0.1", port=self.port,
+                                log_config=None, access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> RunningGateway:
+        self.task = asyncio.create_task(self.server.serve())
+        for _ in range(300):
+            if self.server.started and self.gateway.router.partitions:
+                return self
+            await asyncio.sleep(0.1)
+        raise TimeoutError("gateway did not get reply partitions within 30 s")
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        assert self.task is not None
+        await asyncio.wait_for(self.task, 30)
+
+
+@dataclass
+class FakeStreamingWorker:
+    settings: Settings
+    seen: list[tuple[SynthesisRequest, int | None]] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+    _answers: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def __aenter__(self) -> FakeStreamingWorker:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        for task in [self._task, *self._answers]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        topic = self.settings.kafka.topic_prefix + REQUESTS_INTERACTIVE.name
+        audio = self.settings.kafka.topic_prefix + "tts.audio"
+        consumer = make_consumer(self.settings.kafka, group_id=None,
+                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        producer = make_producer(self.settings.kafka, linger_ms=0)
+        await consumer.start()
+        await producer.start()
+        try:
+            consumer.assign([TopicPartition(topic, p)
+                             for p in range(REQUESTS_INTERACTIVE.partitions)])
+            while True:
+                batches = await consumer.getmany(timeout_ms=100)
+                for records in batches.values():
+                    for rec in records:
+                        request = decode_request(rec.value)
+                        partition = reply_partition(list(rec.headers))
+                        self.seen.append((request, partition))
+                        task = asyncio.create_task(
+                            self._answer(producer, audio, request, partition))
+                        self._answers.add(task)
+                        task.add_done_callback(self._answers.discard)
+        finally:
+            await consumer.stop()
+            await producer.stop()
+
+    async def _answer(self, producer: object, topic: str, request: SynthesisRequest,
+                      partition: int | None) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        assert isinstance(producer, AIOKafkaProducer)
+        key = request.request_id.encode()
+
+        async def chunk(seq: int, data: bytes, *, attempt: str = "a", final: bool = False,
+                        status: str | None = None, error: str | None = None) -> None:
+            await producer.send_and_wait(
+                topic, data, key=key, partition=partition,
+                headers=chunk_headers(seq=seq, attempt=attempt, sample_rate=FAKE_RATE,
+                                      final=final, status=status, error=error))
+
+        if "fail" in request.text:
+            await chunk(0, b"", final=True, status="failed", error="engine_error")
+        elif "restart" in request.text:
+            await chunk(0, tone(0.2))
+            await chunk(0, tone(0.2), attempt="b")
+            await chunk(1, tone(0.2), attempt="b", final=True, status="succeeded")
+        elif "slow" in request.text or "pause" in request.text:
+            count, gap = (50, 0.2) if "slow" in request.text else (10, 0.3)
+            for seq in range(count):
+                await chunk(seq, tone(0.2))
+                await asyncio.sleep(gap)
+            await chunk(count, b"", final=True, status="succeeded")
+        else:
+            for seq in range(3):
+                await chunk(seq, tone(0.3))
+            await chunk(3, tone(0.1), final=True, status="succeeded")
