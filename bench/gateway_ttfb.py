@@ -11,6 +11,13 @@ voice.json, a keys file -> the gateway in-process on 127.0.0.1 (uvicorn) -> `Sta
 engine would, with 0.2 s chunks every 50 ms, noting when it produced the first) -> an HTTP
 client streams `--count` requests one after another per format -> percentiles printed. The
 topics' records expire with their retention; the voice.json is deleted at the end.
+
+`--worker real` puts the real worker there instead (`build_worker`, the bench engine with
+VF_BENCH_FIRST_CHUNK_MS = `--first-chunk-ms`, a voice registered from an espeak-ng reference).
+Its first chunk's moment is the Kafka CreateTime of the seq-0 record on tts.audio (the
+producer stamps it when the record is handed over; 1-ms resolution), read by `AudioWatch`. It
+also prints the whole time to first byte (request sent -> first byte) less `--first-chunk-ms`,
+which adds the request's way in: gateway produce, the worker's fetch and turn, engine setup.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import math
+import os
 import socket
 import struct
 import tempfile
@@ -35,12 +43,12 @@ from consumers.gateway.keys import KeyRing, add_key
 from consumers.gateway.runtime import Gateway
 from consumers.kafka import make_consumer, make_producer, security_kwargs
 from consumers.settings import GatewaySettings, Settings
-from consumers.wiring import make_store
+from consumers.wiring import WorkerRuntime, build_worker, make_store
 from pipeline import keys as object_keys
 from topics.admin import admin_client, create_topics
-from topics.chunks import chunk_headers, reply_partition
+from topics.chunks import chunk_headers, read_chunk, reply_partition
 from topics.events import SynthesisRequest, VoiceRegistration, encode
-from topics.specs import REQUESTS_INTERACTIVE
+from topics.specs import AUDIO, REQUESTS_INTERACTIVE
 from topics.validation import decode_request
 
 RATE = 24_000
@@ -89,7 +97,7 @@ class StandInWorker:
         await asyncio.sleep(self.first_chunk_s)  # the engine working towards its first chunk
         for seq in range(4):
             if seq == 0:
-                self.first_sent[request.request_id] = time.monotonic()
+                self.first_sent[request.request_id] = time.time()
             final = seq == 3
             await producer.send_and_wait(
                 topic, b"" if final else _chunk(0.2), key=key, partition=partition,
@@ -98,13 +106,54 @@ class StandInWorker:
             await asyncio.sleep(0.05)
 
 
+class AudioWatch:
+    """Notes when the real worker produced each request's first chunk (record CreateTime)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.first_sent: dict[str, float] = {}
+
+    async def run(self) -> None:
+        topic = self.settings.kafka.topic_prefix + "tts.audio"
+        consumer = make_consumer(self.settings.kafka, group_id=None, fetch_max_wait_ms=5,
+                                 auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in range(AUDIO.partitions)])
+            while True:
+                for records in (await consumer.getmany(timeout_ms=50)).values():
+                    for rec in records:
+                        chunk = read_chunk(rec.key, rec.value, list(rec.headers))
+                        if chunk.seq == 0:
+                            self.first_sent.setdefault(chunk.request_id, rec.timestamp / 1000)
+        finally:
+            await consumer.stop()
+
+
+def _real_worker(settings: Settings, first_chunk_s: float, tmp: Path) -> WorkerRuntime:
+    from consumers.clients.demo import REFERENCE_TEXT, make_reference
+    from pipeline.voices import register_voice
+
+    os.environ["VF_BENCH_FIRST_CHUNK_MS"] = str(first_chunk_s * 1000)  # read by build_worker
+    reference = make_reference(tmp / "reference.wav")
+    register_voice(make_store(settings.store), voice_id=VOICE, reference=reference,
+                   prompt_text=REFERENCE_TEXT, language="en")
+    prefix = settings.kafka.topic_prefix
+    return build_worker(settings.with_overrides(
+        engine={"name": "bench"},
+        worker={"group_id": f"vf-synth-{prefix}", "instance_id": f"{prefix}worker",
+                "metrics_port": 0}))
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(settings: Settings, formats: list[str], count: int,
-                  first_chunk_s: float) -> dict[str, list[float]]:
+async def measure(settings: Settings, formats: list[str], count: int, first_chunk_s: float,
+                  real: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per format: first chunk produced -> first byte (ms), and request sent -> first byte
+    less the engine's first chunk (ms)."""
     admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
     await admin.start()
     try:
@@ -112,12 +161,19 @@ async def measure(settings: Settings, formats: list[str], count: int,
     finally:
         await admin.close()
     store = make_store(settings.store)
-    store.put(object_keys.voice_json_key(VOICE), encode(VoiceRegistration(
-        voice_id=VOICE, reference=f"s3://{store.bucket}/none", sha256="0" * 64,
-        created_at="2026-01-01T00:00:00+00:00")), "application/json")
+    runtime: WorkerRuntime | None = None
+    worker: StandInWorker | AudioWatch
+    if real:
+        runtime = _real_worker(settings, first_chunk_s, settings.gateway.keys_path().parent)
+        worker = AudioWatch(settings)
+    else:
+        store.put(object_keys.voice_json_key(VOICE), encode(VoiceRegistration(
+            voice_id=VOICE, reference=f"s3://{store.bucket}/none", sha256="0" * 64,
+            created_at="2026-01-01T00:00:00+00:00")), "application/json")
+        worker = StandInWorker(settings, first_chunk_s)
     key = add_key(settings.gateway.keys_path(), "bench", rate=1e6, streams=100)
-    worker = StandInWorker(settings, first_chunk_s)
     worker_task = asyncio.create_task(worker.run())
+    real_task = asyncio.create_task(runtime.worker.run()) if runtime is not None else None
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -126,17 +182,22 @@ async def measure(settings: Settings, formats: list[str], count: int,
         host="127.0.0.1", port=port, log_config=None, access_log=False))
     server_task = asyncio.create_task(server.serve())
     results: dict[str, list[float]] = {}
+    whole: dict[str, list[float]] = {}
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
             for _ in range(300):
                 if await _ready(http):
                     break
                 await asyncio.sleep(0.1)
+            if real:  # the worker's first turn (group join, profile) is no request's share
+                await _one(http, key, "pcm", -1, worker)
             for fmt in formats:
-                results[fmt] = []
+                results[fmt], whole[fmt] = [], []
                 for i in range(count):
                     try:
-                        results[fmt].append(await _one(http, key, fmt, i, worker))
+                        after_chunk, ttfb = await _one(http, key, fmt, i, worker)
+                        results[fmt].append(after_chunk)
+                        whole[fmt].append(ttfb - first_chunk_s * 1000)
                     except (httpx.HTTPError, KeyError) as exc:  # counted, not fatal
                         print(f"{fmt} request {i} failed: {type(exc).__name__}: {exc}")
     finally:
@@ -145,8 +206,11 @@ async def measure(settings: Settings, formats: list[str], count: int,
         worker_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await worker_task
+        if runtime is not None and real_task is not None:
+            runtime.worker.stop()
+            await asyncio.wait_for(real_task, 60)
         store.delete(object_keys.voice_json_key(VOICE))
-    return results
+    return results, whole
 
 
 async def _ready(http: httpx.AsyncClient) -> bool:
@@ -156,18 +220,19 @@ async def _ready(http: httpx.AsyncClient) -> bool:
 
 
 async def _one(http: httpx.AsyncClient, key: str, fmt: str, i: int,
-               worker: StandInWorker) -> float:
+               worker: StandInWorker | AudioWatch) -> tuple[float, float]:
     body = {"model": "tts-1", "voice": VOICE, "input": f"Line {i}.", "response_format": fmt,
             "stream_format": "audio"}
     first: float | None = None
+    sent = time.time()
     async with http.stream("POST", "/v1/audio/speech", json=body,
                            headers={"Authorization": f"Bearer {key}"}) as response:
         response.raise_for_status()
         request_id = response.headers["x-request-id"]
         async for _ in response.aiter_raw():
-            first = first if first is not None else time.monotonic()
+            first = first if first is not None else time.time()
     assert first is not None
-    return (first - worker.first_sent[request_id]) * 1000
+    return (first - worker.first_sent[request_id]) * 1000, (first - sent) * 1000
 
 
 def main() -> None:
@@ -177,6 +242,9 @@ def main() -> None:
                                                         "wav"])
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--first-chunk-ms", type=float, default=200.0)
+    parser.add_argument("--worker", choices=["stand-in", "real"], default="stand-in",
+                        help="who answers: the stand-in (default) or the real worker with "
+                             "the bench engine")
     args = parser.parse_args()
     base = Settings.from_env()
     prefix = f"bench-gw-{uuid.uuid4().hex[:6]}."
@@ -188,10 +256,16 @@ def main() -> None:
                             gateway=GatewaySettings(keys_file=str(Path(tmp) / "keys"),
                                                     group_id=f"vf-gateway-{prefix}",
                                                     lag_threshold=10**9))
-        results = asyncio.run(measure(settings, args.format, args.count,
-                                      args.first_chunk_ms / 1000))
-    print(f"first chunk produced -> first byte at the client, {args.count} requests each, "
-          f"engine first chunk {args.first_chunk_ms:.0f} ms")
+        results, whole = asyncio.run(measure(settings, args.format, args.count,
+                                             args.first_chunk_ms / 1000, args.worker == "real"))
+    print(f"{args.worker} worker, {args.count} requests each, engine first chunk "
+          f"{args.first_chunk_ms:.0f} ms")
+    _table("first chunk produced -> first byte at the client", results)
+    _table(f"request sent -> first byte, less {args.first_chunk_ms:.0f} ms", whole)
+
+
+def _table(title: str, results: dict[str, list[float]]) -> None:
+    print(title)
     print(f"{'format':<8}{'ok':>5}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}")
     for fmt, values in results.items():
         if not values:
