@@ -39,7 +39,20 @@ from pipeline.voices import sniff_extension
 from topics.admin import admin_client, create_topics
 from topics.events import SynthesisRequest, SynthesisResult, VoiceRegistration, decode_result
 from topics.events import encode as encode_event
-from topics.specs import REQUESTS, RESULTS, TopicSpec, topic_names
+from topics.specs import (
+    AUDIO,
+    CONTROL,
+    DLQ,
+    REQUESTS,
+    REQUESTS_INTERACTIVE,
+    RESULTS,
+    TopicSpec,
+    topic_names,
+)
+
+# What a worker reads and writes: both request lanes, results, dead letters, streamed chunks
+# and the control topic (a worker stops at start-up when one of those it reads is missing).
+WORKER_TOPICS = (REQUESTS, REQUESTS_INTERACTIVE, RESULTS, DLQ, AUDIO, CONTROL)
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +90,9 @@ class BenchContext:
         return quick if self.quick else full
 
     async def settings(self, name: str, *, engine: str = "bench",
-                       specs: tuple[TopicSpec, ...] = (REQUESTS, RESULTS),
+                       specs: tuple[TopicSpec, ...] = WORKER_TOPICS,
                        **worker: Any) -> Settings:
-        """Fresh topics (`specs`: requests and results unless told) under a prefix of their
+        """Fresh topics (`specs`: a worker's topics unless told) under a prefix of their
         own, a group, the engine and `worker` overrides (WorkerSettings fields: max_batch=4,
         ...)."""
         prefix = f"bench-{name}-{uuid.uuid4().hex[:6]}."
