@@ -46,6 +46,20 @@ def lane_topics(names: TopicNames) -> list[str]:
     return [names.requests_interactive, names.requests]
 
 
+class MissingTopics(RuntimeError):
+    """A topic the worker reads does not exist: say which, and how to make it."""
+
+
+async def check_topics(consumer: Any, names: TopicNames) -> None:
+    """Before joining the group: both request lanes must exist (a cluster that predates
+    the interactive lane lacks one), else the worker would stop on an unnamed broker error."""
+    existing = await consumer.topics()
+    missing = [t for t in lane_topics(names) if t not in existing]
+    if missing:
+        raise MissingTopics(f"topic(s) {', '.join(missing)} not found on the broker; run "
+                            f"`voicefactory topics create` (it adds the missing ones)")
+
+
 def lane_of(topic: str, names: TopicNames) -> Lane:
     return "interactive" if topic == names.requests_interactive else "batch"
 

@@ -165,6 +165,7 @@ class SynthesisWorker(WorkerLifecycle):
         await producer.start()
         await reader.start()
         await consumer.start()
+        await lanes.check_topics(consumer, self._names)
         log.info("worker %s consuming %s as group %s (max_inflight %d, max_batch %d)",
                  s.instance_id, " + ".join(lanes.lane_topics(self._names)), s.group_id,
                  s.max_inflight, s.max_batch)

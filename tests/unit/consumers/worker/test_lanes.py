@@ -154,3 +154,24 @@ def test_batch_partitions_pause_for_a_caller_and_resume_once_it_is_served() -> N
     assert round_(0, 30) == 0 and consumer.paused() == set()  # the caller is served: resumed
     assert round_(64, 64) == 6 and consumer.paused() == ASSIGNED
     assert round_(0, 0) == 0 and consumer.paused() == set()
+
+
+async def test_a_missing_lane_topic_is_named_before_joining() -> None:
+    from types import SimpleNamespace
+
+    from consumers.worker.lanes import MissingTopics, check_topics
+    from topics.specs import topic_names
+
+    names = topic_names("acme.")
+
+    async def only_batch() -> set[str]:
+        return {names.requests, names.results}
+
+    with pytest.raises(MissingTopics, match=r"acme\.tts\.requests\.interactive not found.*"
+                                            r"voicefactory topics create"):
+        await check_topics(SimpleNamespace(topics=only_batch), names)
+
+    async def both() -> set[str]:
+        return {names.requests, names.requests_interactive}
+
+    await check_topics(SimpleNamespace(topics=both), names)
