@@ -23,13 +23,13 @@ from typing import Any
 from bench.harness import (
     BenchContext,
     Load,
-    ResultLog,
     Sampler,
     lag_probe,
     warm,
 )
 from bench.outcome import Outcome, md_table
 from bench.processes import WorkerProcess
+from bench.readers import ResultLog
 from bench.stats import slope
 from bench.workload import TEXT_CHARS, requests
 

@@ -27,13 +27,13 @@ from typing import Any
 from bench.harness import (
     BenchContext,
     Load,
-    ResultLog,
     Sampler,
     lag_probe,
     warm,
 )
 from bench.outcome import Outcome, md_table
 from bench.processes import WorkerProcess
+from bench.readers import ResultLog
 from bench.stack import LocalStack
 from bench.stats import recovery_time
 from bench.workload import requests

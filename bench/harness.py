@@ -25,19 +25,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aiokafka import TopicPartition
 from minio import Minio
 
-from bench.cpu import LEDGER
+from bench.readers import ResultLog
 from bench.stack import LocalStack
-from consumers.kafka import make_consumer, make_producer
+from consumers.kafka import make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline import keys
 from pipeline.reference import check_reference
 from pipeline.voices import sniff_extension
 from topics.admin import admin_client, create_topics
-from topics.events import SynthesisRequest, SynthesisResult, VoiceRegistration, decode_result
+from topics.events import SynthesisRequest, VoiceRegistration
 from topics.events import encode as encode_event
 from topics.specs import (
     AUDIO,
@@ -280,69 +279,6 @@ class Load:
     async def flush(self) -> None:
         if self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
-
-
-class ResultLog:
-    """Every answer on the results topic of one prefix, with the wall time it arrived."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._task: asyncio.Task[None] | None = None
-        self._consumer: Any = None
-        self.arrivals: list[tuple[float, SynthesisResult]] = []
-        self.first: dict[str, tuple[float, SynthesisResult]] = {}
-
-    async def __aenter__(self) -> ResultLog:
-        consumer = make_consumer(self._settings.kafka, enable_auto_commit=False, group_id=None)
-        await consumer.start()
-        topic = topic_names(self._settings.kafka.topic_prefix).results
-        tps = [TopicPartition(topic, p) for p in range(RESULTS.partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        self._consumer = consumer
-        self._task = asyncio.create_task(self._read())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._consumer.stop()
-
-    async def _read(self) -> None:
-        while True:
-            try:
-                batches = await self._consumer.getmany(timeout_ms=100)
-            except Exception as exc:  # broker restarts: keep reading once it is back
-                log.debug("result read failed: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
-            now = time.time()
-            for records in batches.values():
-                for rec in records:
-                    result = decode_result(rec.value or b"{}")
-                    self.arrivals.append((now, result))
-                    if result.request_id not in self.first:  # per worker, for CPU/request
-                        LEDGER.answered(result.worker)
-                    self.first.setdefault(result.request_id, (now, result))
-
-    @property
-    def answered(self) -> int:
-        return len(self.first)
-
-    def duplicates(self) -> int:
-        return len(self.arrivals) - len(self.first)
-
-    async def wait_for(self, wanted: set[str], timeout_s: float) -> set[str]:
-        """Wait until every wanted ID is answered; returns those still missing."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            missing = wanted - self.first.keys()
-            if not missing:
-                return set()
-            await asyncio.sleep(0.1)
-        return wanted - self.first.keys()
 
 
 class Sampler:

@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import BenchContext, Load, ResultLog, warm
+from bench.harness import BenchContext, Load, warm
 from bench.lanefigures import (
     STAGES,
     Sample,
@@ -51,6 +51,7 @@ from bench.lanefigures import (
 )
 from bench.outcome import Outcome, md_table
 from bench.processes import WorkerProcess
+from bench.readers import ResultLog
 from bench.streams import AudioLog
 from bench.workload import TEXT_CHARS, voice_id
 from topics.specs import AUDIO, CONTROL, REQUESTS, REQUESTS_INTERACTIVE, RESULTS, topic_names

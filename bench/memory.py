@@ -18,9 +18,10 @@ from typing import Any
 
 import orjson
 
-from bench.harness import BenchContext, Load, ResultLog
+from bench.harness import BenchContext, Load
 from bench.outcome import Outcome, md_table
 from bench.processes import WorkerProcess
+from bench.readers import ResultLog
 from bench.workload import bench_text, voice_id, zipf_voices
 from topics.events import SynthesisRequest
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.harness import BenchContext, Load, ResultLog, warm
+from bench.harness import BenchContext, Load, warm
 from bench.outcome import Outcome, md_table
 from bench.processes import WorkerProcess
+from bench.readers import ResultLog
 from bench.stats import summary
 from bench.workload import requests
 

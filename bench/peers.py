@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.cpu import LEDGER, CpuMeter
-from bench.harness import BenchContext, Load, ResultLog
+from bench.harness import BenchContext, Load
 from bench.nginx import NEXT_UPSTREAM, NEXT_UPSTREAM_TRIES, Nginx, free_port
 from bench.outcome import Outcome, md_table
 from bench.peerload import (
@@ -50,6 +50,7 @@ from bench.peerload import (
     throughput_at_p99,
 )
 from bench.processes import WorkerProcess
+from bench.readers import ResultLog
 from bench.workload import bench_text, voice_id, zipf_voices
 from topics.events import SynthesisRequest
 

@@ -19,13 +19,13 @@ from typing import Any
 from bench.harness import (
     BenchContext,
     Load,
-    ResultLog,
     Sampler,
     lag_probe,
     warm,
 )
 from bench.outcome import Outcome, md_table
 from bench.processes import InProcessWorker
+from bench.readers import ResultLog
 from bench.stats import percentile, recovery_time
 from bench.workload import requests
 from consumers.settings import Settings

@@ -12,18 +12,16 @@ records that are chunks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import ConsumerRecord
 
-from consumers.kafka import make_consumer
+from bench.readers import TopicReader
 from consumers.settings import Settings
 from topics.chunks import InvalidChunk, read_chunk
-from topics.specs import AUDIO, topic_names
+from topics.specs import AUDIO
 
 log = logging.getLogger(__name__)
 
@@ -46,46 +44,19 @@ class StreamSeen:
         return self.pcm_bytes / 2 / self.sample_rate if self.sample_rate else 0.0
 
 
-class AudioLog:
+class AudioLog(TopicReader):
     """Every chunk record on the audio topic of one prefix, with the wall time it arrived."""
 
+    topic_of = staticmethod(lambda names: names.audio)
+    partitions = AUDIO.partitions
+
     def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._task: asyncio.Task[None] | None = None
-        self._consumer: Any = None
+        super().__init__(settings)
         self.streams: dict[str, StreamSeen] = {}
         self.invalid = 0  # records on the topic that are not chunks
 
-    async def __aenter__(self) -> AudioLog:
-        consumer = make_consumer(self._settings.kafka, enable_auto_commit=False, group_id=None)
-        await consumer.start()
-        topic = topic_names(self._settings.kafka.topic_prefix).audio
-        tps = [TopicPartition(topic, p) for p in range(AUDIO.partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        self._consumer = consumer
-        self._task = asyncio.create_task(self._read())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._consumer.stop()
-
-    async def _read(self) -> None:
-        while True:
-            try:
-                batches = await self._consumer.getmany(timeout_ms=100)
-            except Exception as exc:  # a broker hiccup: keep reading once it is back
-                log.debug("audio read failed: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
-            now = time.time()
-            for records in batches.values():
-                for rec in records:
-                    self.note(rec.key, rec.value, list(rec.headers or ()), now)
+    def take(self, rec: ConsumerRecord[bytes, bytes], now: float) -> None:
+        self.note(rec.key, rec.value, list(rec.headers or ()), now)
 
     def note(self, key: bytes | None, value: bytes | None,
              headers: list[tuple[str, bytes]], now: float) -> None:
