@@ -43,7 +43,7 @@ unit: setup  ## unit tests only (no servers)
 integration: setup  ## integration tests only (real Kafka + S3)
 	$(BIN)/pytest -q -m integration tests/integration
 
-bench: setup  ## quick benchmarks on the local stack (about 13 min): .vf/bench/quick.json + report.md
+bench: setup  ## quick benchmarks on the local stack (about 10 min): .vf/bench/quick.json + report.md
 	$(BIN)/voicefactory dev up
 	$(BIN)/voicefactory bench --quick --json .vf/bench/quick.json --plots-dir .vf/bench/img
 
