@@ -42,11 +42,6 @@ def attempt_id(attempt: int) -> str:
     return f"{attempt}-{uuid.uuid4().hex[:8]}"
 
 
-def lane_of(topic: str) -> str:
-    """The lane a request record came from, by its topic's name."""
-    return "interactive" if topic.endswith("requests.interactive") else "batch"
-
-
 class ChunkPublisher:
     """Opens one ChunkStream per attempt of a streamed request; knows tts.audio's size."""
 

@@ -155,7 +155,8 @@ class SynthesisWorker(WorkerLifecycle):
         self.streams = StreamRunner(
             chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
                                   metrics=self.metrics),
-            processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics)
+            processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics,
+            names=self._names)
         self.streams.cancelled = lambda r: self.cancels.is_cancelled(
             r.request_id, r.job.id if r.job else None)  # between chunks
         lanes.check_assignor(s.assignor)

@@ -26,12 +26,14 @@ from aiokafka import ConsumerRecord, TopicPartition
 
 from consumers.metrics import WorkerMetrics
 from consumers.worker.checkpoint import Checkpoint
-from consumers.worker.chunks import ChunkPublisher, ChunkStream, lane_of
+from consumers.worker.chunks import ChunkPublisher, ChunkStream
 from consumers.worker.inflight import InFlightRequest
+from consumers.worker.lanes import lane_of
 from pipeline.synthesis import Outcome, Received, RequestProcessor
 from topics.chunks import reply_partition
 from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisRequest, SynthesisResult
+from topics.specs import TopicNames
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +58,9 @@ def wants_stream(value: bytes | None) -> bool:
 
 class StreamRunner:
     def __init__(self, *, chunks: ChunkPublisher, processor: RequestProcessor,
-                 checkpoint: Checkpoint, metrics: WorkerMetrics) -> None:
+                 checkpoint: Checkpoint, metrics: WorkerMetrics, names: TopicNames) -> None:
         self._chunks = chunks
+        self._names = names
         self._processor = processor
         self._cp = checkpoint
         self._metrics = metrics
@@ -68,7 +71,7 @@ class StreamRunner:
         """One attempt: its chunks are on their way when this returns; not yet its final."""
         stream = req.stream = self._chunks.open(
             request_id=req.request.request_id, attempt=req.attempt,
-            reply_partition=reply_partition(req.record.headers), lane=lane_of(req.tp.topic),
+            reply_partition=reply_partition(req.record.headers), lane=req.lane,
             consumed_at=req.consumed_at)
         received = Received(timestamp=req.stamp, attempt=req.attempt,
                             queued_ms=max(0.0, time.time() * 1000 - req.record.timestamp))
@@ -94,7 +97,7 @@ class StreamRunner:
             stream = self._chunks.open(request_id=result.request_id,
                                        attempt=result.attempt or 1,
                                        reply_partition=reply_partition(rec.headers),
-                                       lane=lane_of(rec.topic))
+                                       lane=lane_of(rec.topic, self._names))
         try:
             await stream.close(result.status, result.error.code if result.error else None)
         except BaseException:

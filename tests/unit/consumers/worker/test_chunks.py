@@ -10,7 +10,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from consumers.metrics import WorkerMetrics
-from consumers.worker.chunks import MAX_RECORD_BYTES, ChunkPublisher, lane_of
+from consumers.worker.chunks import MAX_RECORD_BYTES, ChunkPublisher
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from tests.unit.consumers.worker.fakes import (
     NAMES,
@@ -122,9 +122,7 @@ async def test_a_thread_sink_sends_in_order_and_reports_first_chunk_latency() ->
     assert (count, chunks) == (1.0, 20.0)
 
 
-def test_lanes_and_stream_requests_are_told_apart() -> None:
-    assert lane_of("p.tts.requests.interactive") == "interactive"
-    assert lane_of("p.tts.requests") == "batch"
+def test_stream_requests_are_told_apart() -> None:  # lanes: test_lanes.py, lane_of
     assert wants_stream(b'{"request_id": "r", "stream": true, "text": 5}')
     assert not wants_stream(b'{"stream": "yes"}') and not wants_stream(b"not json")
     assert not wants_stream(None)
@@ -148,7 +146,7 @@ def answer(status: str) -> SynthesisResult:
 async def test_the_final_record_is_acknowledged_before_the_result_is_sent() -> None:
     consumer, producer = FakeConsumer(), FakeProducer()
     cp = make_checkpoint(consumer, producer)
-    runner = StreamRunner(chunks=publisher(producer), processor=None,  # type: ignore[arg-type]
+    runner = StreamRunner(chunks=publisher(producer), names=NAMES, processor=None,  # type: ignore[arg-type]
                           checkpoint=cp, metrics=WorkerMetrics())
     rec = record(0)
     rec.headers.append((REPLY_PARTITION, b"3"))
@@ -166,7 +164,7 @@ async def test_the_final_record_is_acknowledged_before_the_result_is_sent() -> N
 async def test_no_final_record_means_no_result_and_no_commit() -> None:
     consumer, producer = FakeConsumer(), FakeProducer(fail=KafkaConnectionError())
     cp = make_checkpoint(consumer, producer)
-    runner = StreamRunner(chunks=publisher(producer), processor=None,  # type: ignore[arg-type]
+    runner = StreamRunner(chunks=publisher(producer), names=NAMES, processor=None,  # type: ignore[arg-type]
                           checkpoint=cp, metrics=WorkerMetrics())
     assert cp.begin(P0, 0)
     task = asyncio.create_task(runner.answer(P0, record(0), result=answer("succeeded")))

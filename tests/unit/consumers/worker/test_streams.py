@@ -27,7 +27,7 @@ TEXT = "One sentence to stream. And another one after it."
 
 def runner(producer: FakeProducer, metrics: WorkerMetrics) -> StreamRunner:
     proc, _, _ = processor()
-    return StreamRunner(chunks=ChunkPublisher(producer=producer, topic=NAMES.audio,
+    return StreamRunner(names=NAMES, chunks=ChunkPublisher(producer=producer, topic=NAMES.audio,
                                               metrics=metrics),
                         processor=proc, checkpoint=make_checkpoint(FakeConsumer(), producer),
                         metrics=metrics)
