@@ -15,10 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import socket
 import struct
+import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import httpx
 import uvicorn
 from aiokafka import TopicPartition
 
@@ -45,6 +49,35 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def cli_gateway(settings: Settings) -> AsyncIterator[tuple[asyncio.subprocess.Process,
+                                                                  str]]:
+    """`voicefactory gateway` as its own process (one a test can kill -9), on a free port,
+    ready: yields the process and its base URL; kills it at the end if it still runs."""
+    port = free_port()
+    env = {**os.environ, **settings.to_env(), "VF_GATEWAY_PORT": str(port),
+           "VF_GATEWAY_HOST": "127.0.0.1", "VF_INSTANCE_ID": "doomed"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys, voicefactory; sys.exit(voicefactory.main("
+        "['gateway', '--log-format', 'text']))", env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as http:
+            for _ in range(300):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(url + "/readyz")).status_code == 200:
+                        break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the subprocess gateway never became ready")
+        yield proc, url
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
 
 
 class RunningGateway:

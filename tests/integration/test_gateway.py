@@ -9,7 +9,6 @@ tts.control). tests/integration/test_gateway_e2e.py runs the real worker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import logging
 import wave
@@ -334,53 +333,31 @@ async def test_a_replica_killed_mid_stream_fails_its_clients_only(
         gw_settings: Settings, api_key: str, voice: str) -> None:
     """`voicefactory gateway` in a subprocess, killed with -9 while streaming: its clients
     get an error, the in-process replica's streams complete."""
-    import os
     import signal
-    import sys
 
-    from tests.integration.gateway_harness import free_port
+    from tests.integration.gateway_harness import cli_gateway
 
-    port = free_port()
-    env = {**os.environ, **gw_settings.to_env(), "VF_GATEWAY_PORT": str(port),
-           "VF_GATEWAY_HOST": "127.0.0.1", "VF_INSTANCE_ID": "doomed"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import sys, voicefactory; sys.exit(voicefactory.main("
-        "['gateway', '--log-format', 'text']))", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    doomed_url = f"http://127.0.0.1:{port}"
-    try:
-        async with RunningGateway(gw_settings, KeyRing(gw_settings.gateway.keys_path())) as two, \
-                FakeStreamingWorker(gw_settings), httpx.AsyncClient() as http:
-            for _ in range(300):
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(doomed_url + "/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("the subprocess gateway never became ready")
+    async with cli_gateway(gw_settings) as (proc, doomed_url), \
+            RunningGateway(gw_settings, KeyRing(gw_settings.gateway.keys_path())) as two, \
+            FakeStreamingWorker(gw_settings):
+        async def speak(base_url: str) -> int:
+            sdk = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key,
+                                     max_retries=0)
+            async with sdk.audio.speech.with_streaming_response.create(
+                    model="tts-1", voice=voice, input="pause between chunks",
+                    response_format="pcm", stream_format="audio") as response:
+                return len(b"".join([p async for p in response.iter_bytes()]))
 
-            async def speak(base_url: str) -> int:
-                sdk = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key,
-                                         max_retries=0)
-                async with sdk.audio.speech.with_streaming_response.create(
-                        model="tts-1", voice=voice, input="pause between chunks",
-                        response_format="pcm", stream_format="audio") as response:
-                    return len(b"".join([p async for p in response.iter_bytes()]))
-
-            doomed = [asyncio.create_task(speak(doomed_url)) for _ in range(3)]
-            alive = [asyncio.create_task(speak(two.url)) for _ in range(3)]
-            await asyncio.sleep(1.0)  # every stream has audio flowing
-            proc.send_signal(signal.SIGKILL)
-            outcomes = await asyncio.gather(*doomed, return_exceptions=True)
-            # The SDK's transport (httpx2) reports the cut connection mid-body.
-            assert all(type(o).__name__ in ("RemoteProtocolError", "ReadError")
-                       for o in outcomes), outcomes
-            sizes = await asyncio.gather(*alive)
-            assert all(abs(s / 2 / 24_000 - 2.0) < 0.02 for s in sizes)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+        doomed = [asyncio.create_task(speak(doomed_url)) for _ in range(3)]
+        alive = [asyncio.create_task(speak(two.url)) for _ in range(3)]
+        await asyncio.sleep(1.0)  # every stream has audio flowing
+        proc.send_signal(signal.SIGKILL)
+        outcomes = await asyncio.gather(*doomed, return_exceptions=True)
+        # The SDK's transport (httpx2) reports the cut connection mid-body.
+        assert all(type(o).__name__ in ("RemoteProtocolError", "ReadError")
+                   for o in outcomes), outcomes
+        sizes = await asyncio.gather(*alive)
+        assert all(abs(s / 2 / 24_000 - 2.0) < 0.02 for s in sizes)
 
 
 async def _answer_line(settings: Settings, job_id: str, index: int, *, total: int,

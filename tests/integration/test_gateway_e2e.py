@@ -14,19 +14,15 @@ stream, after which the worker still answers that request on tts.results.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
-import os
 import signal
 import subprocess
-import sys
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
 
-import httpx
 import openai
 import pytest
 from aiokafka import TopicPartition
@@ -37,7 +33,7 @@ from consumers.settings import GatewaySettings, Settings
 from consumers.wiring import make_store
 from pipeline.voices import register_voice
 from tests.integration.conftest import RunningWorker
-from tests.integration.gateway_harness import RunningGateway, free_port
+from tests.integration.gateway_harness import RunningGateway, cli_gateway
 from topics.events import SynthesisResult, decode_result
 from topics.partitioning import partition_for
 from topics.specs import AUDIO, REQUESTS_INTERACTIVE
@@ -242,69 +238,49 @@ async def test_a_replica_killed_mid_stream_leaves_the_request_answered_by_the_wo
     gw_settings = fleet_settings(settings, tmp_path)
     keys = gw_settings.gateway.keys_path()
     key = add_key(keys, "fleet", rate=1000, streams=40)
-    port = free_port()
-    env = {**os.environ, **gw_settings.to_env(), "VF_GATEWAY_PORT": str(port),
-           "VF_GATEWAY_HOST": "127.0.0.1", "VF_INSTANCE_ID": "doomed"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import sys, voicefactory; sys.exit(voicefactory.main("
-        "['gateway', '--log-format', 'text']))", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
-    doomed_url = f"http://127.0.0.1:{port}"
     doomed_text = "A long line for the doomed replica, which is killed while the worker " \
                   "is still speaking it."
-    try:
-        async with bench_worker(settings, "e2e-a"), bench_worker(settings, "e2e-b"), \
-                RunningGateway(gw_settings, KeyRing(keys)) as two, httpx.AsyncClient() as http:
-            for _ in range(300):
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(doomed_url + "/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("the subprocess gateway never became ready")
+    async with bench_worker(settings, "e2e-a"), bench_worker(settings, "e2e-b"), \
+            cli_gateway(gw_settings) as (proc, doomed_url), \
+            RunningGateway(gw_settings, KeyRing(keys)) as two:
+        async def speak(base_url: str, text: str) -> bytes:
+            sdk = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=key, max_retries=0)
+            async with sdk.audio.speech.with_streaming_response.create(
+                    model="tts-1", voice=voice, input=text, response_format="pcm",
+                    stream_format="audio") as response:
+                return b"".join([p async for p in response.iter_bytes()])
 
-            async def speak(base_url: str, text: str) -> bytes:
-                sdk = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=key, max_retries=0)
-                async with sdk.audio.speech.with_streaming_response.create(
-                        model="tts-1", voice=voice, input=text, response_format="pcm",
-                        stream_format="audio") as response:
-                    return b"".join([p async for p in response.iter_bytes()])
+        heard: list[bytes] = []
 
-            heard: list[bytes] = []
+        async def speak_doomed() -> None:
+            sdk = openai.AsyncOpenAI(base_url=doomed_url + "/v1", api_key=key,
+                                     max_retries=0)
+            async with sdk.audio.speech.with_streaming_response.create(
+                    model="tts-1", voice=voice, input=doomed_text, response_format="pcm",
+                    stream_format="audio") as response:
+                async for piece in response.iter_bytes():
+                    heard.append(piece)
 
-            async def speak_doomed() -> None:
-                sdk = openai.AsyncOpenAI(base_url=doomed_url + "/v1", api_key=key,
-                                         max_retries=0)
-                async with sdk.audio.speech.with_streaming_response.create(
-                        model="tts-1", voice=voice, input=doomed_text, response_format="pcm",
-                        stream_format="audio") as response:
-                    async for piece in response.iter_bytes():
-                        heard.append(piece)
-
-            doomed = asyncio.create_task(speak_doomed())
-            alive = [asyncio.create_task(speak(two.url, f"Line {i} of the replica that stays."))
-                     for i in range(3)]
-            for _ in range(300):  # audio is flowing to the doomed replica's client
-                if sum(map(len, heard)) > 24_000 * 2 * 0.5:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the doomed replica's stream never started")
-            proc.send_signal(signal.SIGKILL)
-            outcome = (await asyncio.gather(doomed, return_exceptions=True))[0]
-            # The SDK's transport (httpx) reports the cut connection mid-body.
-            assert type(outcome).__name__ in ("RemoteProtocolError", "ReadError"), outcome
-            pcm = await asyncio.gather(*alive)
-            assert all(len(p) / 2 / 24_000 > 1.5 for p in pcm), [len(p) for p in pcm]
-            ids = await requests_with_text(settings, doomed_text)
-            assert len(ids) == 1, ids
-            # Expected `succeeded`: kill -9 leaves the doomed replica no moment to send its
-            # disconnect cancel, and nobody else cancels, so the worker speaks the line to
-            # the end into a reply partition nobody reads. `cancelled` would also count as
-            # answered, but would mean a cancel came from somewhere; say so if it shows up.
-            result = await result_of(settings, ids[0], timeout_s=30)
-            assert result.status == "succeeded", result
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+        doomed = asyncio.create_task(speak_doomed())
+        alive = [asyncio.create_task(speak(two.url, f"Line {i} of the replica that stays."))
+                 for i in range(3)]
+        for _ in range(300):  # audio is flowing to the doomed replica's client
+            if sum(map(len, heard)) > 24_000 * 2 * 0.5:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the doomed replica's stream never started")
+        proc.send_signal(signal.SIGKILL)
+        outcome = (await asyncio.gather(doomed, return_exceptions=True))[0]
+        # The SDK's transport (httpx) reports the cut connection mid-body.
+        assert type(outcome).__name__ in ("RemoteProtocolError", "ReadError"), outcome
+        pcm = await asyncio.gather(*alive)
+        assert all(len(p) / 2 / 24_000 > 1.5 for p in pcm), [len(p) for p in pcm]
+        ids = await requests_with_text(settings, doomed_text)
+        assert len(ids) == 1, ids
+        # Expected `succeeded`: kill -9 leaves the doomed replica no moment to send its
+        # disconnect cancel, and nobody else cancels, so the worker speaks the line to
+        # the end into a reply partition nobody reads. `cancelled` would also count as
+        # answered, but would mean a cancel came from somewhere; say so if it shows up.
+        result = await result_of(settings, ids[0], timeout_s=30)
+        assert result.status == "succeeded", result
