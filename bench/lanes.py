@@ -135,10 +135,9 @@ class Phases:
     async def first_chunks(self, name: str, ids: list[str], wait_s: float) -> Sample:
         """Up to `wait_s` for the first chunks still missing; produce -> first audio record
         read, for each."""
-        timeout = self.plan.answer_timeout_s
         missing = await self.audio.wait_first(set(ids), wait_s)
         if missing:
-            self.notes.append(f"{name}: no chunk on tts.audio within {timeout:.0f} s of the "
+            self.notes.append(f"{name}: no chunk on tts.audio within {wait_s:.0f} s of the "
                               f"last send for {len(missing)} of {len(ids)} streamed requests "
                               f"(does the worker stream \"stream\": true requests?)")
         return Sample.of(ids, self.calls.sent, self.audio.first_audio())
