@@ -122,9 +122,10 @@ llm: !new:cosyvoice.llm.llm.{cls}
         pretrain_path: !ref <qwen_pretrain_path>
 """
 
-V2_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="Qwen2LM") + _SAMPLING + """\
-flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
-    input_size: 512
+# The flow fields both generations share; the class and its input width differ.
+_FLOW_HEAD = """\
+flow: !new:cosyvoice.flow.flow.{cls}
+    input_size: {input_size}
     output_size: 80
     spk_embed_dim: !ref <spk_embed_dim>
     output_type: 'mel'
@@ -133,6 +134,10 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
     only_mask_loss: True
     token_mel_ratio: !ref <token_mel_ratio>
     pre_lookahead_len: 3
+"""
+
+V2_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="Qwen2LM") + _SAMPLING \
+    + _FLOW_HEAD.format(cls="CausalMaskedDiffWithXvec", input_size=512) + """\
     encoder: !new:cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder
         output_size: 512
         attention_heads: 2
@@ -165,17 +170,8 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
 """ + _HIFT.format(cls="HiFTGenerator", extra="", f0="ConvRNNF0Predictor") \
     + _TAIL.format(version="cosyvoice2")
 
-V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="CosyVoice3LM") + _SAMPLING + """\
-flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
-    input_size: 80
-    output_size: 80
-    spk_embed_dim: !ref <spk_embed_dim>
-    output_type: 'mel'
-    vocab_size: 6561
-    input_frame_rate: !ref <token_frame_rate>
-    only_mask_loss: True
-    token_mel_ratio: !ref <token_mel_ratio>
-    pre_lookahead_len: 3
+V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="CosyVoice3LM") + _SAMPLING \
+    + _FLOW_HEAD.format(cls="CausalMaskedDiffWithDiT", input_size=80) + """\
     pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
         in_channels: 80
         channels: 64
