@@ -90,6 +90,16 @@ def test_zero_shot(engine: CosyVoiceEngine, profile: Profile,
     assert spy.calls == ["frontend_zero_shot"]
 
 
+def test_tiny_models_end_a_clip_where_upstream_allows(engine: CosyVoiceEngine,
+                                                       profile: Profile) -> None:
+    """The tests' own premise: a clip's length follows its text, never the random weights."""
+    lengths = {len(out.audio.samples)
+               for out in engine.synthesize(profile, [item("我们走吧。", "zh")] * 3)}
+    assert len(lengths) == 1, lengths
+    [longer] = engine.synthesize(profile, [item("我们明天早上一起走吧。", "zh")])
+    assert len(longer.audio.samples) > lengths.pop()
+
+
 def test_profile_holds_what_frontend_zero_shot_computes(engine: CosyVoiceEngine,
                                                         profile: Profile) -> None:
     assert set(profile.tensors) == set(PROFILE_TENSORS)
@@ -240,6 +250,10 @@ def test_three_threads_on_one_engine(engine: CosyVoiceEngine, reference: Audio) 
         assert not isinstance(results[n], BaseException), results[n]
         for out in results[n]:
             check_audio(out.audio)
+        # The tiny models' clips are as long as their text allows: a thread handed another
+        # thread's clip would show here as two lengths for one text.
+        first, second = (len(out.audio.samples) for out in results[n])
+        assert first == second, (texts[n], first, second)
     shared = engine._model.model
     assert not shared.tts_speech_token_dict and not shared.llm_end_dict
     assert not any(":instruct:" in k for k in engine._model.frontend.spk2info)

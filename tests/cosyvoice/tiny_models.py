@@ -13,9 +13,14 @@ layout of the released folders and dimensions small enough for a CPU:
   speech_tokenizer_v{2,3}.onnx  whisper mel [1, 128, T] + length -> int32 [1, ceil(T/4)]
                        tokens < 6561 (every 4th frame, summed, scaled, modulo).
 The weights are random: the audio is noise-like, but every upstream stage runs for real.
-A random LLM rarely samples its end token, so the CosyVoice 2 decoder gets a large bias on
-it: a v2 clip is exactly twice as many speech tokens as its text has tokens (CosyVoice 3's
-decoder has no bias; 200 of its 6761 classes stop it, so its clips vary in length).
+A random LLM stops at random, and a clip of a few tokens fails checks by chance, so both
+generations stop as soon as upstream allows (twice as many speech tokens as the text has
+tokens), the way a trained model ends a line:
+  CosyVoice 2  its decoder gets a large bias on the end token, a large negative one on its two
+               other stop ids (which upstream does not mask before min_len);
+  CosyVoice 3  its decoder has no bias, and upstream masks only id 6561 (its sos) before
+               min_len while any of 6561-6760 stops it, so its yaml names
+               `stop_when_upstream_allows` below around upstream's ras_sampling.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ _SAMPLING = """\
         win_size: 10
         tau_r: 0.1
 """
+
+# `!name:` makes a partial; the v3 yaml points at the wrapper below with the same arguments.
+_V3_SAMPLING = _SAMPLING.replace("cosyvoice.utils.common.ras_sampling",
+                                 "tests.cosyvoice.tiny_models.stop_when_upstream_allows")
 
 _CFM = """\
     decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
@@ -170,7 +179,7 @@ V2_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="Qwen2LM") + _SAM
 """ + _HIFT.format(cls="HiFTGenerator", extra="", f0="ConvRNNF0Predictor") \
     + _TAIL.format(version="cosyvoice2")
 
-V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="CosyVoice3LM") + _SAMPLING \
+V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="CosyVoice3LM") + _V3_SAMPLING \
     + _FLOW_HEAD.format(cls="CausalMaskedDiffWithDiT", input_size=80) + """\
     pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
         in_channels: 80
@@ -218,6 +227,20 @@ def build_qwen(path: Path) -> None:
         max_position_embeddings=4096, tie_word_embeddings=True)
     torch.manual_seed(0)
     transformers.Qwen2ForCausalLM(config).save_pretrained(str(path))
+
+
+def stop_when_upstream_allows(weighted_scores: Any, decoded_tokens: list[int], sampling: int,
+                              **ras: Any) -> int:
+    """CosyVoice3LM's sampler in the tiny v3: speech tokens until min_len, then its end token.
+
+    Before min_len upstream's sampling_ids sets the score of id 6561 to -inf (ignore_eos);
+    that is the only sign of it a sampler gets, and it is what this reads.
+    """
+    common = importlib.import_module("cosyvoice.utils.common")
+    if weighted_scores[SPEECH_TOKENS].item() != float("-inf"):
+        return SPEECH_TOKENS + 1  # CosyVoice3LM.eos_token
+    weighted_scores[SPEECH_TOKENS:] = -float("inf")
+    return int(common.ras_sampling(weighted_scores, decoded_tokens, sampling, **ras))
 
 
 def build_campplus(path: Path) -> None:
