@@ -57,14 +57,17 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     succeeded: int = 0
     failed: int = 0
+    cancelled: int = 0  # `voicefactory cancel` on a line is not a failure of the line
 
     @property
     def done(self) -> int:
-        return self.succeeded + self.failed
+        return self.succeeded + self.failed + self.cancelled
 
     def add(self, result: SynthesisResult) -> None:
         if result.status == "succeeded":
             self.succeeded += 1
+        elif result.status == "cancelled":
+            self.cancelled += 1
         else:
             self.failed += 1
 
@@ -78,8 +81,10 @@ class Progress:
             eta = "ETA --"
         else:
             eta = f"ETA {_duration((self.total - self.done) / rate)}"
+        cancelled = f"  cancelled {self.cancelled}" if self.cancelled else ""
         return (f"[{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total}  "
-                f"ok {self.succeeded}  failed {self.failed}  {rate:.2f} lines/s  {eta}")
+                f"ok {self.succeeded}  failed {self.failed}{cancelled}  {rate:.2f} lines/s  "
+                f"{eta}")
 
 
 class ProgressLine:
@@ -129,7 +134,10 @@ def summary_table(script: Script, results: dict[int, SynthesisResult]) -> str:
              + "  " + r[-1] for r in rows]
     audio_s = sum(r.audio.duration_s for r in results.values() if r.audio is not None)
     ok = sum(1 for r in results.values() if r.status == "succeeded")
-    lines.append(f"{len(script.requests)} lines: {ok} succeeded, {len(results) - ok} failed, "
+    cancelled = sum(1 for r in results.values() if r.status == "cancelled")
+    counts = f"{ok} succeeded, {len(results) - ok - cancelled} failed, " + (
+        f"{cancelled} cancelled, " if cancelled else "")
+    lines.append(f"{len(script.requests)} lines: {counts}"
                  f"{len(script.requests) - len(results)} missing; {audio_s:.1f} s of audio")
     return "\n".join(line.rstrip() for line in lines)
 

@@ -48,6 +48,18 @@ def test_progress_shows_done_failed_rate_and_eta() -> None:
     assert progress.render(now=300.0).endswith("4/4  ok 3  failed 1  0.02 lines/s  done")
 
 
+def test_cancelled_lines_are_counted_apart_from_failed_ones(tmp_path: Path) -> None:
+    progress = Progress(total=3, started=100.0)
+    for result in (_result(0), _result(1, status="cancelled"), _result(2, status="failed")):
+        progress.add(result)
+    assert progress.render(now=103.0).endswith(
+        "3/3  ok 1  failed 1  cancelled 1  1.00 lines/s  done")
+    table = summary_table(_script(tmp_path), {0: _result(0), 1: _result(1, status="cancelled"),
+                                              2: _result(2, status="failed")})
+    assert table.splitlines()[-1] == \
+        "3 lines: 1 succeeded, 1 failed, 1 cancelled, 0 missing; 1.5 s of audio"
+
+
 def test_progress_off_a_terminal_prints_at_most_once_a_second() -> None:
     out = io.StringIO()
     line = ProgressLine(Progress(total=2), out)
