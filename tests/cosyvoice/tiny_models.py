@@ -14,13 +14,11 @@ layout of the released folders and dimensions small enough for a CPU:
                        tokens < 6561 (every 4th frame, summed, scaled, modulo).
 The weights are random: the audio is noise-like, but every upstream stage runs for real.
 A random LLM stops at random, and a clip of a few tokens fails checks by chance, so both
-generations stop as soon as upstream allows (twice as many speech tokens as the text has
-tokens), the way a trained model ends a line:
-  CosyVoice 2  its decoder gets a large bias on the end token, a large negative one on its two
-               other stop ids (which upstream does not mask before min_len);
-  CosyVoice 3  its decoder has no bias, and upstream masks only id 6561 (its sos) before
-               min_len while any of 6561-6760 stops it, so its yaml names
-               `stop_when_upstream_allows` below around upstream's ras_sampling.
+yamls name `stop_when_upstream_allows` (below, around upstream's ras_sampling) as the LLM's
+sampler: a clip stops as soon as upstream allows (twice as many speech tokens as the text has
+tokens), the way a trained model ends a line. Upstream's own guard is not enough: before
+min_len it masks only id 6561 (v2's end token, v3's sos), while 6561-6563 stop a v2 and
+6561-6760 a v3.
 """
 
 from __future__ import annotations
@@ -48,17 +46,14 @@ chunk_size: 25
 num_decoding_left_chunks: -1
 """
 
+# `!name:` makes a partial of the wrapper with ras_sampling's arguments.
 _SAMPLING = """\
-    sampling: !name:cosyvoice.utils.common.ras_sampling
+    sampling: !name:tests.cosyvoice.tiny_models.stop_when_upstream_allows
         top_p: 0.8
         top_k: 25
         win_size: 10
         tau_r: 0.1
 """
-
-# `!name:` makes a partial; the v3 yaml points at the wrapper below with the same arguments.
-_V3_SAMPLING = _SAMPLING.replace("cosyvoice.utils.common.ras_sampling",
-                                 "tests.cosyvoice.tiny_models.stop_when_upstream_allows")
 
 _CFM = """\
     decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
@@ -179,7 +174,7 @@ V2_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="Qwen2LM") + _SAM
 """ + _HIFT.format(cls="HiFTGenerator", extra="", f0="ConvRNNF0Predictor") \
     + _TAIL.format(version="cosyvoice2")
 
-V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="CosyVoice3LM") + _V3_SAMPLING \
+V3_YAML = _COMMON_HEAD.format(hidden=HIDDEN) + _LLM.format(cls="CosyVoice3LM") + _SAMPLING \
     + _FLOW_HEAD.format(cls="CausalMaskedDiffWithDiT", input_size=80) + """\
     pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
         in_channels: 80
@@ -231,14 +226,14 @@ def build_qwen(path: Path) -> None:
 
 def stop_when_upstream_allows(weighted_scores: Any, decoded_tokens: list[int], sampling: int,
                               **ras: Any) -> int:
-    """CosyVoice3LM's sampler in the tiny v3: speech tokens until min_len, then its end token.
+    """The tiny models' LLM sampler: speech tokens until min_len, then a stop id.
 
     Before min_len upstream's sampling_ids sets the score of id 6561 to -inf (ignore_eos);
     that is the only sign of it a sampler gets, and it is what this reads.
     """
     common = importlib.import_module("cosyvoice.utils.common")
     if weighted_scores[SPEECH_TOKENS].item() != float("-inf"):
-        return SPEECH_TOKENS + 1  # CosyVoice3LM.eos_token
+        return SPEECH_TOKENS + 1  # a stop id of both: v3's end token, v2's second stop id
     weighted_scores[SPEECH_TOKENS:] = -float("inf")
     return int(common.ras_sampling(weighted_scores, decoded_tokens, sampling, **ras))
 
@@ -307,15 +302,7 @@ def build_model_dir(root: Path, generation: int) -> Path:
     build_speech_tokenizer(path / tokenizer_name)
     torch.manual_seed(generation)
     configs = hyperpyyaml.load_hyperpyyaml(text, overrides={"qwen_pretrain_path": str(qwen)})
-    llm = configs["llm"]
-    if generation == 2:
-        # A random LLM would rarely stop on its own: its end token gets a large bias, so it
-        # stops as soon as upstream allows (twice the text's tokens). Its two other stop ids
-        # are not masked before that and would end a clip at random: a large negative bias.
-        with torch.no_grad():
-            llm.llm_decoder.bias[SPEECH_TOKENS] = 30.0
-            llm.llm_decoder.bias[SPEECH_TOKENS + 1:SPEECH_TOKENS + 3] = -30.0
-    torch.save(llm.state_dict(), path / "llm.pt")
+    torch.save(configs["llm"].state_dict(), path / "llm.pt")
     torch.save(configs["flow"].state_dict(), path / "flow.pt")
     torch.save(configs["hift"].state_dict(), path / "hift.pt")
     return path
