@@ -133,12 +133,12 @@ def summary_table(script: Script, results: dict[int, SynthesisResult]) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True))
              + "  " + r[-1] for r in rows]
     audio_s = sum(r.audio.duration_s for r in results.values() if r.audio is not None)
-    ok = sum(1 for r in results.values() if r.status == "succeeded")
-    cancelled = sum(1 for r in results.values() if r.status == "cancelled")
-    counts = f"{ok} succeeded, {len(results) - ok - cancelled} failed, " + (
-        f"{cancelled} cancelled, " if cancelled else "")
-    lines.append(f"{len(script.requests)} lines: {counts}"
-                 f"{len(script.requests) - len(results)} missing; {audio_s:.1f} s of audio")
+    tally = Progress(total=len(script.requests))  # the progress line's own counts
+    for result in results.values():
+        tally.add(result)
+    cancelled = f"{tally.cancelled} cancelled, " if tally.cancelled else ""
+    lines.append(f"{tally.total} lines: {tally.succeeded} succeeded, {tally.failed} failed, "
+                 f"{cancelled}{tally.total - tally.done} missing; {audio_s:.1f} s of audio")
     return "\n".join(line.rstrip() for line in lines)
 
 
