@@ -178,7 +178,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path, method = scope["path"], scope["method"]
+        path = scope["path"]
         status = [500]
 
         async def counted_send(message: Message) -> None:
@@ -191,12 +191,16 @@ class Guard:
             if refusal is not None:
                 await refusal(scope, receive, counted_send)
                 return
-            limit = (self.gateway.settings.gateway.max_upload_bytes
-                     if path == "/v1/voices" and method == "POST"
-                     else self.gateway.settings.gateway.max_body_bytes)
-            await self.app(scope, _limited(receive, limit), counted_send)
+            await self.app(scope, _limited(receive, self._body_limit(scope)), counted_send)
         finally:
             self.gateway.metrics.on_response(route_label(path), status[0])
+
+    def _body_limit(self, scope: Scope) -> int:
+        """Voice uploads (POST /v1/voices) carry reference audio: their own, larger limit."""
+        limits = self.gateway.settings.gateway
+        if scope["path"] == "/v1/voices" and scope["method"] == "POST":
+            return limits.max_upload_bytes
+        return limits.max_body_bytes
 
     def _refuse(self, scope: Scope) -> Response | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
@@ -212,9 +216,7 @@ class Guard:
         if refusal is not None:
             return json_error(429, refusal.reason, "rate_limited",
                               retry_after=refusal.retry_after_s)
-        limits = self.gateway.settings.gateway
-        limit = (limits.max_upload_bytes if scope["path"] == "/v1/voices"
-                 and scope["method"] == "POST" else limits.max_body_bytes)
+        limit = self._body_limit(scope)
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             return json_error(413, f"request body of {int(declared):,} bytes is over the limit "

@@ -59,6 +59,13 @@ def status_for(final: str | None, error: str | None) -> int:
     return FINAL_STATUS.get(final or "failed", 502)
 
 
+def failure_of(stream: ReplyStream) -> tuple[int, str, str]:
+    """A part that ended without success: (HTTP status, message, error code)."""
+    code = stream.error or stream.status or "failed"
+    return (status_for(stream.status, stream.error),
+            f"request {stream.request_id} {stream.status}: {code}", code)
+
+
 class SpeechAnswer(Response):
     def __init__(self, order: SpeechOrder, streams: list[ReplyStream], *, received_at: float,
                  on_first_byte: Callable[[float], None],
@@ -122,7 +129,7 @@ class SpeechAnswer(Response):
                 await self._error(send, 504, str(exc), "timeout")
                 return
             if stream.status != "succeeded":
-                await self._final_error(send, stream)
+                await self._error(send, *failure_of(stream))
                 return
         data = await audio.encode_whole(fmt, bytes(pcm), rate)
         await self._start(send, 200, audio.CONTENT_TYPES[fmt], length=len(data))
@@ -172,9 +179,7 @@ class SpeechAnswer(Response):
                     await encoder.feed(piece.pcm, piece.sample_rate)
                 if stream.status != "succeeded":
                     await encoder.close()
-                    code = stream.error or stream.status or "failed"
-                    return (status_for(stream.status, stream.error),
-                            f"request {stream.request_id} {stream.status}: {code}", code)
+                    return failure_of(stream)
         except TimeoutError as exc:
             await encoder.abort()
             await self._cancel_unfinished("gateway timeout")
@@ -184,11 +189,6 @@ class SpeechAnswer(Response):
             return 500, str(exc), "encoder_error"
         await encoder.close()
         return None
-
-    async def _final_error(self, send: Send, stream: ReplyStream) -> None:
-        code = stream.error or stream.status or "failed"
-        await self._error(send, status_for(stream.status, stream.error),
-                          f"request {stream.request_id} {stream.status}: {code}", code)
 
     async def _error(self, send: Send, status: int, message: str, code: str) -> None:
         body = error_body(status, message, code)
