@@ -58,7 +58,10 @@ def wav_pcm16(audio: Audio) -> bytes:
     np.floor(scaled, out=scaled)
     np.clip(scaled, -32768.0, 32767.0, out=scaled)
     pcm = scaled.astype("<i2").tobytes()
-    rate = audio.sample_rate
-    header = struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16,
-                         1, 1, rate, rate * 2, 2, 16, b"data", len(pcm))
-    return header + pcm
+    return wav_header(len(pcm), audio.sample_rate) + pcm
+
+
+def wav_header(data_bytes: int, sample_rate: int) -> bytes:
+    """The 44-byte header of a mono 16-bit PCM WAV whose samples take `data_bytes`."""
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + data_bytes, b"WAVE", b"fmt ", 16,
+                       1, 1, sample_rate, sample_rate * 2, 2, 16, b"data", data_bytes)

@@ -16,7 +16,6 @@ code 0 only for `succeeded`. Prints the time to the first chunk and the total.
 from __future__ import annotations
 
 import asyncio
-import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from aiokafka.errors import KafkaError
 from consumers.clients.produce import request_and_wait, request_topic
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
+from pipeline.encode import wav_header
 from topics.chunks import InvalidChunk, read_chunk
 from topics.events import SynthesisRequest, encode
 from topics.partitioning import partition_for
@@ -112,9 +112,7 @@ class PcmFile:
         if not self.wav or self._file is None:
             return
         self._file.seek(0)
-        self._file.write(struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + self.size, b"WAVE",
-                                     b"fmt ", 16, 1, 1, self.rate, self.rate * 2, 2, 16,
-                                     b"data", self.size))
+        self._file.write(wav_header(self.size, self.rate))
 
 
 async def listen(settings: Settings, request: SynthesisRequest, path: Path, *,

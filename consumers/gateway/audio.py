@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import io
 import shutil
-import wave
 from collections.abc import AsyncIterator, Sequence
 
 import orjson
+
+from pipeline.encode import wav_header
 
 PCM_RATE = 24_000  # OpenAI's `pcm`: 24 kHz, 16-bit signed little-endian, mono
 CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
@@ -62,19 +62,9 @@ def _command(fmt: str, sample_rate: int, *, streaming: bool) -> list[str]:
     return [*cmd, "pipe:1"]
 
 
-def wav_bytes(pcm: bytes, sample_rate: int) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(sample_rate)
-        w.writeframes(pcm)
-    return out.getvalue()
-
-
 async def encode_whole(fmt: str, pcm: bytes, sample_rate: int) -> bytes:
     if fmt == "wav":
-        return wav_bytes(pcm, sample_rate)
+        return wav_header(len(pcm), sample_rate) + pcm
     if fmt == "pcm" and sample_rate == PCM_RATE:
         return pcm
     proc = await asyncio.create_subprocess_exec(
