@@ -32,9 +32,6 @@ from topics.specs import REQUESTS_INTERACTIVE, topic_names
 
 log = logging.getLogger(__name__)
 
-VOICE_TTL_S = 10.0  # a voice seen registered is trusted this long without asking the store
-
-
 class Gateway:
     """One replica's long-lived parts: producer, reply router, lag sampler, keys, limits."""
 
@@ -103,7 +100,8 @@ class Gateway:
 
     async def voice_exists(self, voice_id: str) -> bool:
         seen = self._voices_seen.get(voice_id)
-        if seen is not None and time.monotonic() - seen < VOICE_TTL_S:
+        # A voice seen registered is trusted as long as a worker trusts a voice.json.
+        if seen is not None and time.monotonic() - seen < self.settings.worker.voice_ttl_seconds:
             return True
         info = await asyncio.to_thread(self.store.stat, object_keys.voice_json_key(voice_id))
         if info is None:
