@@ -33,23 +33,17 @@ from consumers.gateway import resources
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
 from consumers.gateway.runtime import Gateway
-from consumers.gateway.serve import SpeechAnswer, error_body
+from consumers.gateway.serve import SpeechAnswer, json_error
 from consumers.gateway.speech import BadField, parse_speech
 from topics.errors import ErrorCode, VoiceFactoryError
 
 log = logging.getLogger(__name__)
 
+
 class BodyTooLarge(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body over the limit of {limit:,} bytes")
         self.limit = limit
-
-
-def json_error(status: int, message: str, code: str, *, param: str | None = None,
-               retry_after: int | None = None) -> Response:
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return Response(error_body(status, message, code, param), status, headers,
-                    media_type="application/json")
 
 
 # -- routes ----------------------------------------------------------------------------------

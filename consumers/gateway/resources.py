@@ -30,19 +30,13 @@ from consumers.clients.jobs import JobAlreadyFinished, put_manifest
 from consumers.clients.scripts import ScriptError, parse_script
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
-from consumers.gateway.serve import error_body
+from consumers.gateway.serve import json_error
 from pipeline import keys
 from pipeline.reference import ReferenceReport, check_reference
 from pipeline.voices import list_voices, register_voice, remove_voice
 from topics.errors import VoiceFactoryError
 from topics.events import JobCompleted, VoiceRegistration, encode
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
-
-
-def _error(status: int, message: str, code: str, **extra: Any) -> Response:
-    body = orjson.loads(error_body(status, message, code, extra.pop("param", None)))
-    body.update(extra)
-    return Response(orjson.dumps(body), status, media_type="application/json")
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -63,14 +57,14 @@ def verdict_table(report: ReferenceReport) -> list[dict[str, Any]]:
 async def create_voice(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        return _error(415, "POST /v1/voices takes multipart/form-data with a `reference` file",
-                      "unsupported_media_type")
+        return json_error(415, "POST /v1/voices takes multipart/form-data with a `reference` "
+                               "file", "unsupported_media_type")
     limit = gw.settings.gateway.max_upload_bytes
     async with request.form(max_files=1, max_fields=8, max_part_size=limit) as form:
         upload = form.get("reference")
         if not isinstance(upload, UploadFile):
-            return _error(400, "the `reference` file part is missing", "invalid_request",
-                          param="reference")
+            return json_error(400, "the `reference` file part is missing", "invalid_request",
+                              param="reference")
         data = await upload.read()
         fields = {k: form.get(k) for k in ("voice_id", "transcript", "language")}
     texts = {k: v for k, v in fields.items() if isinstance(v, str) and v}
@@ -78,17 +72,17 @@ async def create_voice(request: Request) -> Response:
     try:
         check_id("voice_id", voice_id, VOICE_ID_MAX)
     except ValueError as exc:
-        return _error(400, str(exc), "invalid_request", param="voice_id")
+        return json_error(400, str(exc), "invalid_request", param="voice_id")
     report = await asyncio.to_thread(check_reference, data)
     if not report.ok:
-        return _error(422, "; ".join(report.problems), "reference_invalid", param="reference",
-                      checks=verdict_table(report))
+        return json_error(422, "; ".join(report.problems), "reference_invalid",
+                          param="reference", checks=verdict_table(report))
     try:
         event = await asyncio.to_thread(
             register_voice, gw.store, voice_id=voice_id, reference=data,
             prompt_text=texts.get("transcript"), language=texts.get("language"))
     except VoiceFactoryError as exc:
-        return _error(422, str(exc), str(exc.code), param="reference")
+        return json_error(422, str(exc), str(exc.code), param="reference")
     assert gw.producer is not None
     await gw.producer.send_and_wait(gw.names.voices, encode(event), key=voice_id.encode())
     return _json({**_voice(event), "checks": verdict_table(report)}, 201)
@@ -105,7 +99,7 @@ def _path_id(request: Request, name: str, limit: int) -> str | Response:
     try:
         return check_id(name, value, limit)
     except ValueError as exc:
-        return _error(400, str(exc), "invalid_request", param=name)
+        return json_error(400, str(exc), "invalid_request", param=name)
 
 
 async def voice(request: Request) -> Response:
@@ -117,13 +111,13 @@ async def voice(request: Request) -> Response:
         try:
             removed = await asyncio.to_thread(remove_voice, gw.store, voice_id)
         except VoiceFactoryError as exc:
-            return _error(404, str(exc), "voice_not_found")
+            return json_error(404, str(exc), "voice_not_found")
         assert gw.producer is not None
         await gw.producer.send_and_wait(gw.names.voices, None, key=voice_id.encode())
         return _json({"id": voice_id, "object": "voice", "deleted": True, "objects": removed})
     raw = await asyncio.to_thread(gw.store.get, keys.voice_json_key(voice_id))
     if raw is None:
-        return _error(404, f"voice {voice_id!r} is not registered", "voice_not_found")
+        return json_error(404, f"voice {voice_id!r} is not registered", "voice_not_found")
     return _json(_voice(msgspec.json.decode(raw, type=VoiceRegistration)))
 
 
@@ -132,15 +126,15 @@ async def create_job(request: Request) -> Response:
     try:
         doc = orjson.loads(await request.body())
     except orjson.JSONDecodeError as exc:
-        return _error(400, f"the body is not JSON: {exc}", "invalid_json")
+        return json_error(400, f"the body is not JSON: {exc}", "invalid_json")
     try:
         script = parse_script(doc, source="body")
     except ScriptError as exc:
-        return _error(400, str(exc), "invalid_request")
+        return json_error(400, str(exc), "invalid_request")
     try:
         await asyncio.to_thread(put_manifest, gw.store, script)
     except JobAlreadyFinished as exc:
-        return _error(409, str(exc), "job_finished")
+        return json_error(409, str(exc), "job_finished")
     await gw.produce(gw.names.requests, script.requests)
     return _json({"id": script.job_id, "object": "job", "status": "queued",
                   "total": len(script.requests), "url": f"/v1/jobs/{script.job_id}"}, 202)
@@ -166,7 +160,7 @@ async def job(request: Request) -> Response:
                       "track": msgspec.to_builtins(event.track) if event.track else None})
     script = await asyncio.to_thread(gw.store.get, keys.job_script_key(job_id))
     if script is None:
-        return _error(404, f"job {job_id!r} is unknown", "job_not_found")
+        return json_error(404, f"job {job_id!r} is unknown", "job_not_found")
     manifest = decode_manifest(script)
     progress = await job_progress(gw.settings.kafka, gw.names.results, job_id,
                                   manifest.created_at)

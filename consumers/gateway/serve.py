@@ -47,10 +47,19 @@ class StreamBroken(RuntimeError):
     connection and the client sees an incomplete response."""
 
 
-def error_body(status: int, message: str, code: str, param: str | None = None) -> bytes:
+def error_body(status: int, message: str, code: str, param: str | None = None,
+               **extra: Any) -> bytes:
+    """OpenAI's error object; `extra` goes beside it (a voice upload's `checks`)."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     return orjson.dumps({"error": {"message": message, "type": kind, "param": param,
-                                   "code": code}})
+                                   "code": code}, **extra})
+
+
+def json_error(status: int, message: str, code: str, *, param: str | None = None,
+               retry_after: int | None = None, **extra: Any) -> Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return Response(error_body(status, message, code, param, **extra), status, headers,
+                    media_type="application/json")
 
 
 def status_for(final: str | None, error: str | None) -> int:
