@@ -3,13 +3,19 @@
     KafkaSettings --security_kwargs()--> aiokafka's security arguments
         --> make_producer / make_consumer (the worker and the clients)
         --> consumers.aggregator.app.broker_credentials (faust's credentials, same values)
+
+`read_since`: a group-less consumer's partitions read from a point in time up to where they
+ended when the call began, bounded in time (the worker's cancel replay, the gateway's job
+progress).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
@@ -61,3 +67,24 @@ def assignors(name: str) -> tuple[Any, ...]:
     except KeyError:
         names = ", ".join(_ASSIGNORS)
         raise ValueError(f"VF_ASSIGNOR must be one of {names}, got {name!r}") from None
+
+
+async def read_since(consumer: AIOKafkaConsumer, tps: list[TopicPartition], since_ms: int, *,
+                     limit_s: float, read: Callable[[], Awaitable[None]]) -> bool:
+    """Position each assigned partition at its first record at or after `since_ms` (at its
+    end when it has none), then call `read()` (one fetch) until every partition is past the
+    end offset it had now. False when `limit_s` ran out first."""
+    found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+    for tp in tps:
+        hit = found.get(tp)
+        if hit is None:
+            await consumer.seek_to_end(tp)
+        else:
+            consumer.seek(tp, hit.offset)
+    ends = await consumer.end_offsets(tps)
+    deadline = time.monotonic() + limit_s
+    while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+        if time.monotonic() > deadline:
+            return False
+        await read()
+    return True

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -51,8 +51,8 @@ class LagSampler:
             raise RuntimeError("no Kafka clients to read offsets with yet")
         committed = await admin.list_consumer_group_offsets(self._group_id,
                                                                   partitions=self._tps)
-        begins = await _call(consumer.beginning_offsets(self._tps))
-        ends = await _call(consumer.end_offsets(self._tps))
+        begins: dict[TopicPartition, int] = await consumer.beginning_offsets(self._tps)
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(self._tps)
         lag = 0
         for tp in self._tps:
             done = committed[tp].offset if tp in committed else -1
@@ -69,7 +69,3 @@ class LagSampler:
             except Exception as exc:
                 log.warning("interactive lane lag not sampled: %s", exc)
             await asyncio.sleep(self._interval_s)
-
-
-async def _call(awaitable: Awaitable[dict[TopicPartition, int]]) -> dict[TopicPartition, int]:
-    return await awaitable

@@ -10,14 +10,12 @@ it then says `complete: false`.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from aiokafka import TopicPartition
 
-from consumers.kafka import make_consumer
+from consumers.kafka import make_consumer, read_since
 from consumers.settings import KafkaSettings
 from topics.events import decode_result
 from topics.partitioning import partition_for
@@ -45,27 +43,22 @@ async def job_progress(kafka: KafkaSettings, topic: str, job_id: str, created_at
     consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False)
     await consumer.start()
     progress = Progress()
+    key = job_id.encode()
+
+    async def read() -> None:
+        batches = await consumer.getmany(tp, timeout_ms=200)
+        for record in batches.get(tp, []):
+            if record.key != key or not record.value:
+                continue
+            result = decode_result(record.value)
+            if result.job is not None and result.job.id == job_id:
+                progress.statuses[result.job.index] = result.status
+
     try:
         consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        found = (await consumer.offsets_for_times({tp: max(0, since_ms)}))[tp]
-        if found is None:  # nothing written since the job started
-            return progress
-        consumer.seek(tp, found.offset)
-        deadline = time.monotonic() + limit_s
-        key = job_id.encode()
-        while await consumer.position(tp) < end:
-            if time.monotonic() > deadline:
-                progress.complete = False
-                break
-            batches = await consumer.getmany(tp, timeout_ms=200)
-            for record in batches.get(tp, []):
-                if record.key != key or not record.value:
-                    continue
-                result = decode_result(record.value)
-                if result.job is not None and result.job.id == job_id:
-                    progress.statuses[result.job.index] = result.status
-            await asyncio.sleep(0)
+        # Nothing written since the job started: positioned at the end, nothing to read.
+        progress.complete = await read_since(consumer, [tp], max(0, since_ms), limit_s=limit_s,
+                                             read=read)
     finally:
         await consumer.stop()
     return progress

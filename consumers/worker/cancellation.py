@@ -32,6 +32,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from consumers.kafka import read_since
 from consumers.worker.batching import VoiceBatcher
 from consumers.worker.inflight import InFlightRequest
 from pipeline.answers import Answers
@@ -136,21 +137,10 @@ class ControlReader:
             return []
         consumer.assign(tps)
         since_ms = int((time.time() - self._registry.ttl_s) * 1000)
-        found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
-        for tp in tps:
-            hit = found.get(tp)
-            if hit is None:
-                await consumer.seek_to_end(tp)
-            else:
-                consumer.seek(tp, hit.offset)
-        ends = await consumer.end_offsets(tps)
-        deadline = time.monotonic() + catch_up_s
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            if time.monotonic() > deadline:
-                log.warning("control topic %s: replay not finished in %.0f s; going on",
-                            self._topic, catch_up_s)
-                break
-            await self._read_once(timeout_ms=200)
+        if not await read_since(consumer, tps, since_ms, limit_s=catch_up_s,
+                                read=lambda: self._read_once(timeout_ms=200)):
+            log.warning("control topic %s: replay not finished in %.0f s; going on",
+                        self._topic, catch_up_s)
         log.info("control topic %s: %d partitions, %d cancels remembered", self._topic,
                  len(tps), len(self._registry))
         return tps
