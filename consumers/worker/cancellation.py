@@ -87,7 +87,8 @@ class CancelRegistry:
         return None
 
     def checker(self, request_id: str, job_id: str | None = None) -> Callable[[], bool]:
-        """`is_cancelled` bound to one request: what a streaming sink calls between chunks."""
+        """`is_cancelled` bound to one request: what the processor asks before the engine,
+        and a streaming sink between chunks."""
         return functools.partial(self.is_cancelled, request_id, job_id)
 
     def __len__(self) -> int:

@@ -156,9 +156,7 @@ class SynthesisWorker(WorkerLifecycle):
             chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
                                   metrics=self.metrics),
             processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics,
-            names=self._names)
-        self.streams.cancelled = lambda r: self.cancels.is_cancelled(
-            r.request_id, r.job.id if r.job else None)  # between chunks
+            names=self._names, checker=self.cancels.checker)
         lanes.check_assignor(s.assignor)
         consumer.subscribe(lanes.lane_topics(self._names), listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,

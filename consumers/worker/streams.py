@@ -10,15 +10,14 @@ and/or DLQ record, offset done). So a stream reader has the final record before 
 exists and before the offset can be committed. A streamed request answered without running
 (rejected when decoded) gets its final record on a fresh attempt, so no reader hangs.
 
-Cancellation: `cancelled(request)` is asked between chunks (pipeline.streaming stops at the
-next one); the control-topic reader sets it to its registry's lookup.
+Cancellation: `checker(request_id, job_id)` makes the request's lookup (the worker passes
+its CancelRegistry's), asked between chunks (pipeline.streaming stops at the next one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 import orjson
@@ -29,7 +28,7 @@ from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher, ChunkStream
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.lanes import lane_of
-from pipeline.synthesis import Outcome, Received, RequestProcessor
+from pipeline.synthesis import Outcome, RequestProcessor
 from topics.chunks import reply_partition
 from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisRequest, SynthesisResult
@@ -47,6 +46,10 @@ def queue_key(request: SynthesisRequest) -> str:
     return request.voice_id
 
 
+def _never(request_id: str, job_id: str | None) -> Callable[[], bool]:
+    return lambda: False
+
+
 def wants_stream(value: bytes | None) -> bool:
     """Whether a record that failed validation asked for a stream (its reader waits)."""
     try:
@@ -58,14 +61,14 @@ def wants_stream(value: bytes | None) -> bool:
 
 class StreamRunner:
     def __init__(self, *, chunks: ChunkPublisher, processor: RequestProcessor,
-                 checkpoint: Checkpoint, metrics: WorkerMetrics, names: TopicNames) -> None:
+                 checkpoint: Checkpoint, metrics: WorkerMetrics, names: TopicNames,
+                 checker: Callable[[str, str | None], Callable[[], bool]] = _never) -> None:
         self._chunks = chunks
         self._names = names
         self._processor = processor
         self._cp = checkpoint
         self._metrics = metrics
-        # The cancellation registry (control topic reader) replaces this lookup.
-        self.cancelled: Callable[[SynthesisRequest], bool] = lambda request: False
+        self._checker = checker
 
     async def run(self, req: InFlightRequest) -> Outcome:
         """One attempt: its chunks are on their way when this returns; not yet its final."""
@@ -73,11 +76,11 @@ class StreamRunner:
             request_id=req.request.request_id, attempt=req.attempt,
             reply_partition=reply_partition(req.record.headers), lane=req.lane,
             consumed_at=req.consumed_at)
-        received = Received(timestamp=req.stamp, attempt=req.attempt,
-                            queued_ms=max(0.0, time.time() * 1000 - req.record.timestamp))
-        sink = stream.sink(asyncio.get_running_loop(), lambda: self.cancelled(req.request))
+        cancelled = self._checker(req.request_id, req.job_id)
+        request, received = req.received(cancelled)
+        sink = stream.sink(asyncio.get_running_loop(), cancelled)
         try:
-            outcome = await asyncio.to_thread(self._processor.process_stream, req.request,
+            outcome = await asyncio.to_thread(self._processor.process_stream, request,
                                               received, sink)
         except Exception as exc:  # a bug must not block the partition: retried, then failed
             log.exception("stream crashed", extra=req.ctx())

@@ -5,6 +5,7 @@ record before the result."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from consumers.metrics import WorkerMetrics
 from consumers.worker.chunks import ChunkPublisher
@@ -25,12 +26,12 @@ from topics.events import SynthesisRequest, SynthesisResult
 TEXT = "One sentence to stream. And another one after it."
 
 
-def runner(producer: FakeProducer, metrics: WorkerMetrics) -> StreamRunner:
+def runner(producer: FakeProducer, metrics: WorkerMetrics, **kw: Any) -> StreamRunner:
     proc, _, _ = processor()
     return StreamRunner(names=NAMES, chunks=ChunkPublisher(producer=producer, topic=NAMES.audio,
                                               metrics=metrics),
                         processor=proc, checkpoint=make_checkpoint(FakeConsumer(), producer),
-                        metrics=metrics)
+                        metrics=metrics, **kw)
 
 
 def streamed(offset: int = 0) -> InFlightRequest:
@@ -63,8 +64,8 @@ async def test_a_run_sends_the_attempts_chunks_and_the_answer_ends_it() -> None:
 
 async def test_the_cancellation_lookup_stops_a_stream_at_its_next_chunk() -> None:
     producer, metrics = FakeProducer(), WorkerMetrics()
-    run = runner(producer, metrics)
-    run.cancelled = lambda request: request.request_id == "r0" and len(producer.sent) >= 2
+    run = runner(producer, metrics, checker=lambda request_id, job_id: (
+        lambda: request_id == "r0" and len(producer.sent) >= 2))
     outcome = await run.run(streamed())
     assert isinstance(outcome, SynthesisResult) and outcome.status == "cancelled"
     assert len(producer.sent) == 2
