@@ -220,9 +220,8 @@ class QueueCanceller:
         reason = self._registry.reason(req.request.request_id, req.job_id)
         if reason is None:
             return False
-        queued_ms = max(0.0, time.time() * 1000 - req.record.timestamp)
         self.cancelled += 1
         self._finish(req, self._answers().cancelled(req.request, attempt=req.attempt,
                                                     reason=reason or None,
-                                                    queued_ms=queued_ms))
+                                                    queued_ms=req.queued_ms()))
         return True

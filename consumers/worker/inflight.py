@@ -48,9 +48,12 @@ class InFlightRequest:
     def received(self, cancelled: Callable[[], bool]) -> tuple[SynthesisRequest, Received]:
         """The processor's input, stamped now: `queued_ms` runs from the broker timestamp to
         this call, which the batch thread makes once it holds its device slot (gate.py)."""
-        return self.request, Received(
-            timestamp=self.stamp, attempt=self.attempt, cancelled=cancelled,
-            queued_ms=max(0.0, time.time() * 1000 - self.record.timestamp))
+        return self.request, Received(timestamp=self.stamp, attempt=self.attempt,
+                                      cancelled=cancelled, queued_ms=self.queued_ms())
+
+    def queued_ms(self) -> float:
+        """From the record's broker timestamp to now."""
+        return max(0.0, time.time() * 1000 - float(self.record.timestamp))
 
     def ctx(self) -> dict[str, Any]:
         """The log fields every line about this request carries."""
