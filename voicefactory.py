@@ -48,9 +48,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from consumers.clients.topics import topics_command
 
+    if args.action == "grow" and not args.partitions:
+        print("topics grow needs --partitions N (more than the request lanes have now)",
+              file=sys.stderr)
+        return EXIT_USAGE
     return asyncio.run(topics_command(_settings(args), args.action,
                                       replication_factor=args.replication_factor,
-                                      min_insync_replicas=args.min_insync_replicas))
+                                      min_insync_replicas=args.min_insync_replicas,
+                                      partitions=args.partitions))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -155,7 +160,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from deploy.local import stack
 
         work_dir = Path(args.work_dir) if args.work_dir else state_dir() / "bench"
-        only = ["peers"] if args.suite == "peers" else args.only
+        only = [args.suite] if args.suite in ("peers", "route") else args.only
         return run_benchmarks(_settings(args), stack=stack, quick=args.quick, only=only,
                               json_path=Path(args.json) if args.json else None,
                               plots_dir=Path(args.plots_dir) if args.plots_dir
@@ -236,8 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("action", choices=["up", "down", "status", "env"])
     dev.set_defaults(func=cmd_dev)
 
-    topics = common(sub.add_parser("topics", help="create or verify the contract's topics"))
-    topics.add_argument("action", choices=["create", "describe"])
+    topics = common(sub.add_parser("topics", help="create, verify or grow the contract's "
+                                                  "topics"))
+    topics.add_argument("action", choices=["create", "describe", "grow"],
+                        help="create: the missing ones; describe: report drift; grow: both "
+                             "request lanes to --partitions (the fleet's ceiling of workers)")
+    topics.add_argument("--partitions", type=int, default=None,
+                        help="grow: the request lanes' new partition count")
     topics.add_argument("--replication-factor", type=int, default=1)
     topics.add_argument("--min-insync-replicas", type=int, default=None)
     topics.set_defaults(func=cmd_topics)
@@ -300,17 +310,20 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.set_defaults(func=cmd_cancel)
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
-    bench.add_argument("suite", nargs="?", choices=["all", "assignors", "peers"], default="all",
+    bench.add_argument("suite", nargs="?", choices=["all", "assignors", "peers", "route"],
+                       default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
-                            "memory, faults, lanes, peers (docs/benchmarks.md); "
+                            "memory, faults, lanes, route, peers (docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
-                            "peers: only nginx + model servers against the fleet")
+                            "peers: only nginx + model servers against the fleet; "
+                            "route: only fleet routing (one narrator, one brand voice, "
+                            "kill -9)")
     bench.add_argument("--quick", action="store_true",
                        help="shorter durations and counts, same figures (`make bench`)")
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults", "lanes", "peers"],
+                                "memory", "faults", "lanes", "route", "peers"],
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

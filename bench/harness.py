@@ -29,6 +29,8 @@ from minio import Minio
 
 from bench.readers import ResultLog
 from bench.stack import LocalStack
+from consumers.fleet.sending import RoutedSender, fleet_router
+from consumers.fleet.view import FleetView
 from consumers.kafka import make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
@@ -38,10 +40,12 @@ from pipeline.voices import sniff_extension
 from topics.admin import admin_client, create_topics
 from topics.events import SynthesisRequest, VoiceRegistration
 from topics.events import encode as encode_event
+from topics.fleet import RouteLane
 from topics.specs import (
     AUDIO,
     CONTROL,
     DLQ,
+    FLEET,
     REQUESTS,
     REQUESTS_INTERACTIVE,
     RESULTS,
@@ -49,9 +53,10 @@ from topics.specs import (
     topic_names,
 )
 
-# What a worker reads and writes: both request lanes, results, dead letters, streamed chunks
-# and the control topic (a worker stops at start-up when one of those it reads is missing).
-WORKER_TOPICS = (REQUESTS, REQUESTS_INTERACTIVE, RESULTS, DLQ, AUDIO, CONTROL)
+# What a worker reads and writes: both request lanes, results, dead letters, streamed chunks,
+# the control topic (a worker stops at start-up when one of those it reads is missing) and
+# the fleet view (without it the worker serves, but no router can spread its voices).
+WORKER_TOPICS = (REQUESTS, REQUESTS_INTERACTIVE, RESULTS, DLQ, AUDIO, CONTROL, FLEET)
 
 log = logging.getLogger(__name__)
 
@@ -221,12 +226,20 @@ def remove_bucket(settings: Settings) -> None:
 # -- load and answers --------------------------------------------------------------------
 
 class Load:
-    """Produces requests keyed by voice ID (as every producer must) and notes send times;
-    to the batch lane (tts.requests) unless `topic` names another (the interactive lane)."""
+    """Produces requests keyed by voice ID (as external producers do) and notes send times;
+    to the batch lane (tts.requests) unless `topic` names another (the interactive lane).
+    `routed=True`: through the fleet router instead, as the gateway and `job run` send
+    (consumers.fleet), with `done(request_id)` (ResultLog's on_answer) ending each one's
+    count; `balance` overrides VF_ROUTE_BALANCE."""
 
-    def __init__(self, settings: Settings, *, topic: str | None = None) -> None:
+    def __init__(self, settings: Settings, *, topic: str | None = None, routed: bool = False,
+                 balance: float | None = None) -> None:
         self._settings = settings
         self._topic = topic or topic_names(settings.kafka.topic_prefix).requests
+        self._routed = routed
+        self._balance = balance
+        self.sender: RoutedSender | None = None
+        self._view: FleetView | None = None
         self._producer: Any = None
         self.sent: dict[str, float] = {}  # request_id -> wall time of the send call
         self.acked: set[str] = set()
@@ -236,17 +249,32 @@ class Load:
     async def __aenter__(self) -> Load:
         self._producer = make_producer(self._settings.kafka, linger_ms=1)
         await self._producer.start()
+        if self._routed:
+            router, self._view = await fleet_router(self._settings, self._producer)
+            lane: RouteLane = ("interactive" if self._topic.endswith(REQUESTS_INTERACTIVE.name)
+                               else "batch")
+            self.sender = RoutedSender(self._producer, self._topic, lane, router,
+                                       balance=self._balance)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.flush()
+        if self._view is not None:
+            await self._view.stop()
         await self._producer.stop()
+
+    def done(self, request_id: str) -> None:
+        if self.sender is not None:
+            self.sender.done([request_id])
 
     async def send(self, request: SynthesisRequest) -> None:
         self.sent[request.request_id] = time.time()
         try:
-            future = await self._producer.send(self._topic, encode_event(request),
-                                               key=request.voice_id.encode())
+            if self.sender is not None:
+                future = (await self.sender.send(request))[1]
+            else:
+                future = await self._producer.send(self._topic, encode_event(request),
+                                                   key=request.voice_id.encode())
         except Exception as exc:  # the broker is down: the request was never produced
             self.failed[request.request_id] = repr(exc)
             return

@@ -79,16 +79,20 @@ class ResultLog(TopicReader):
     topic_of = staticmethod(lambda names: names.results)
     partitions = RESULTS.partitions
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings,
+                 on_answer: Callable[[str], None] | None = None) -> None:
         super().__init__(settings)
         self.arrivals: list[tuple[float, SynthesisResult]] = []
         self.first: dict[str, tuple[float, SynthesisResult]] = {}
+        self._on_answer = on_answer  # a routed Load's done(): the answer is in
 
     def take(self, rec: ConsumerRecord[bytes, bytes], now: float) -> None:
         result = decode_result(rec.value or b"{}")
         self.arrivals.append((now, result))
         if result.request_id not in self.first:  # per worker, for CPU/request
             LEDGER.answered(result.worker)
+            if self._on_answer is not None:
+                self._on_answer(result.request_id)
         self.first.setdefault(result.request_id, (now, result))
 
     @property

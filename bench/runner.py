@@ -34,6 +34,7 @@ from bench import (
     overhead,
     peers,
     restart,
+    route,
 )
 from bench.cpu import LEDGER
 from bench.harness import BenchContext
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 BENCHES: dict[str, ModuleType] = {
     "overhead": overhead, "capacity": capacity, "cache": cache, "restart": restart,
     "batching": batching, "memory": memory, "faults": faults, "lanes": lanes,
+    "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
     "peers": peers,  # last: it starts eight processes of its own
 }
 
@@ -69,6 +71,10 @@ REQUIRED = (
     "lanes_interactive_p99_ratio", "lanes_batch_solo_rps", "lanes_batch_loaded_rps",
     "lanes_batch_share", "first_chunk_p50_ms", "first_chunk_p99_ms",
     "first_chunk_overhead_p99_ms",
+    # issue 20: fleet routing (bench.route; the peers figures above, rerun under routing).
+    "route_narrator_speedup", "route_narrator_max_builds_per_worker",
+    "route_brand_p99_over_idle", "route_brand_min_worker_share",
+    "route_kill_first_chunk_p99_ms", "route_kill_lost", "route_kill_duplicates",
 )
 
 

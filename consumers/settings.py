@@ -169,6 +169,29 @@ class GatewaySettings:
 
 
 @dataclass(frozen=True)
+class RoutingSettings:
+    """Fleet routing (docs/routing.md): workers' status on tts.fleet and how routers use it."""
+
+    # fleet: bounded-load routing over the fleet view; voice: every record keyed by voice_id
+    mode: str = var("VF_ROUTING", "fleet")
+    fleet_interval_ms: int = var("VF_FLEET_INTERVAL_MS", 500)  # a worker's status period
+    # How far past the mean load a voice's worker may go before its overflow moves on:
+    # callers (gateway) keep profiles hot at 1.25; a script's lines are spread nearer even,
+    # since a job ends with its busiest worker (measured: docs/benchmarks.md, routing).
+    balance: float = var("VF_ROUTE_BALANCE", 1.25)
+    job_balance: float = var("VF_ROUTE_JOB_BALANCE", 1.05)
+    # A streamed request whose worker left the view before its first chunk is sent again
+    # to another worker (same request_id) after at least this long; 0 turns it off.
+    failover_ms: int = var("VF_ROUTE_FAILOVER_MS", 250)
+
+    @property
+    def fleet(self) -> bool:
+        if self.mode not in ("fleet", "voice"):
+            raise ValueError(f"VF_ROUTING must be fleet or voice, got {self.mode!r}")
+        return self.mode == "fleet"
+
+
+@dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -176,6 +199,7 @@ class Settings:
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     aggregator: AggregatorSettings = field(default_factory=AggregatorSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    routing: RoutingSettings = field(default_factory=RoutingSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -124,6 +124,12 @@ class ProfileCache:
                 self._bytes -= self._items.pop(key).nbytes
             return len(doomed)
 
+    def voices(self) -> list[str]:
+        """The voices with a profile held, most recently used first (the fleet view's
+        `hot` list)."""
+        with self._lock:
+            return list(dict.fromkeys(key[0] for key in reversed(self._items)))
+
     def stats(self) -> CacheStats:
         with self._lock:
             return CacheStats(len(self._items), self._bytes, self._evictions)

@@ -3,13 +3,17 @@
 process_stream(request, received, sink):
   deadline passed -> `expired`; object already stored -> its samples replayed to the sink
   as chunks, then `succeeded` from it; cancelled before the engine -> `cancelled`;
-  front-end (bad text -> `rejected`) -> profile (as the batch path) ->
-  per sentence: engine.synthesize_stream -> per engine chunk: sink.cancelled()? -> stop,
-  `cancelled`, nothing stored -> ChunkShaper: sentence joins (fades and a gap, as
+  front-end (bad text -> `rejected`) -> one device slot, taken once: profile (as the batch
+  path) -> per sentence: engine.synthesize_stream -> per engine chunk: sink.cancelled()? ->
+  stop, `cancelled`, nothing stored -> ChunkShaper: sentence joins (fades and a gap, as
   pipeline.stitch) -> resample to the request's rate (one soxr stream, no seams) -> the
-  stream's gain -> soft limiter -> 16-bit PCM -> sink.chunk(pcm, rate)
+  stream's gain -> soft limiter -> 16-bit PCM -> sink.chunk(pcm, rate) -> slot given back
   -> the stored object is exactly the concatenated PCM: quality signals -> encode -> put
   -> presign -> `succeeded`.
+
+One slot for the profile lookup and the engine call: nothing runs between them, and giving
+the slot back there would make the stream queue for a slot twice before its first chunk (the
+worker's interactive calls hold theirs the same way: consumers/worker/gate.py, in_lane).
 
 Loudness: the batch path normalises the whole clip to the target; a stream cannot wait for
 the whole clip, so its gain is fixed on the first chunk that carries signal (its loudness
@@ -188,26 +192,32 @@ class StreamStages(ProcessorCore):
                                  instruct=request.instruct)
         except InvalidRequest as exc:
             return self._reject(p, exc.code, exc.message)
-        t0 = time.perf_counter()
-        try:
-            with self._device:
-                profile = self._profiles.resolve(request.voice_id, request.reference)
-        except VoiceFactoryError as exc:
-            return exc if exc.retryable and not isinstance(exc, InvalidRequest) \
-                else self._reject(p, exc.code, exc.message)
-        p.timings["profile"] = ms(time.perf_counter() - t0)
-        return self._stream(p, profile, sink)
-
-    def _stream(self, p: Pending, profile: Profile, sink: ChunkSink) -> Outcome:
-        assert p.prepared is not None
-        request, prepared = p.request, p.prepared
         shaper = ChunkShaper(fmt=request.format, sample_rate=request.sample_rate,
                              target_lufs=self._loudness)
+        spent = [0.0]  # seconds inside the engine's next()
+        t0 = time.perf_counter()
+        with self._device:  # one slot for both (see the module docstring)
+            try:
+                profile = self._profiles.resolve(request.voice_id, request.reference)
+            except VoiceFactoryError as exc:
+                return exc if exc.retryable and not isinstance(exc, InvalidRequest) \
+                    else self._reject(p, exc.code, exc.message)
+            p.timings["profile"] = ms(time.perf_counter() - t0)
+            stopped = self._stream(p, profile, shaper, sink, spent)
+        if stopped is not None:
+            return stopped
+        return self._store_stream(p, profile, shaper, spent[0])  # the slot given back
+
+    def _stream(self, p: Pending, profile: Profile, shaper: ChunkShaper, sink: ChunkSink,
+                spent: list[float]) -> Outcome | None:
+        """The engine call, under the caller's device slot: None once every chunk is out,
+        else why it stopped (cancelled, a retryable error, a rejection)."""
+        assert p.prepared is not None
+        request, prepared = p.request, p.prepared
         items = [SynthesisItem(text=sentence, language=prepared.language, speed=request.speed,
                                instruct=request.instruct, style=prepared.style)
                  for sentence in prepared.sentences]
         sent = 0
-        spent = [0.0]  # seconds inside the engine's next()
 
         def hand_out(pcm: np.ndarray) -> None:
             nonlocal sent
@@ -224,26 +234,25 @@ class StreamStages(ProcessorCore):
 
         started = time.perf_counter()
         try:
-            with self._device:
-                for index, item in enumerate(items):
-                    if index:
-                        hand_out(shaper.end_sentence())
-                    chunks = self._engine.synthesize_stream(profile, item)
-                    try:
-                        for audio in _timed(chunks, spent):
-                            hand_out(shaper.add(audio))
-                    finally:
-                        close = getattr(chunks, "close", None)
-                        if close is not None:
-                            close()  # an engine stopped early releases what it holds
-                hand_out(shaper.finish())
+            for index, item in enumerate(items):
+                if index:
+                    hand_out(shaper.end_sentence())
+                chunks = self._engine.synthesize_stream(profile, item)
+                try:
+                    for audio in _timed(chunks, spent):
+                        hand_out(shaper.add(audio))
+                finally:
+                    close = getattr(chunks, "close", None)
+                    if close is not None:
+                        close()  # an engine stopped early releases what it holds
+            hand_out(shaper.finish())
         except StreamCancelled:
             return self._cancelled(p, sent)
         except VoiceFactoryError as exc:
             if exc.retryable:
                 return exc
             return self._reject(p, exc.code, exc.message)
-        return self._store_stream(p, profile, shaper, spent[0])
+        return None
 
     def _store_stream(self, p: Pending, profile: Profile, shaper: ChunkShaper,
                       engine_s: float) -> Outcome:

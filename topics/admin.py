@@ -12,10 +12,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from topics.specs import ALL_TOPICS, TopicSpec
+from topics.specs import ALL_TOPICS, REQUESTS, REQUESTS_INTERACTIVE, TopicSpec
 
 log = logging.getLogger(__name__)
 _TOPIC_ALREADY_EXISTS = 36
@@ -129,6 +129,37 @@ async def _settled_metadata(admin: AIOKafkaAdminClient, names: list[str],
         await asyncio.sleep(0.2)
 
 
+# The request lanes may be grown past their spec (`topics grow`): the fleet's ceiling is their
+# partition count. Both lanes together, so a voice's two lanes stay on one partition number.
+GROWABLE = (REQUESTS.name, REQUESTS_INTERACTIVE.name)
+
+
+async def grow_request_lanes(admin: AIOKafkaAdminClient, *, prefix: str = "",
+                             partitions: int) -> list[str]:
+    """Give both request lanes `partitions` partitions (never fewer than they have: Kafka
+    cannot shrink a topic); returns the topics grown. Records already on them stay where
+    they are; new records of a plain voice_id key may land elsewhere (colder caches for a
+    while, nothing lost), routed ones follow the workers' new assignment."""
+    names = [prefix + name for name in GROWABLE]
+    states = {s.name: s for s in await describe_topics(
+        admin, prefix=prefix, specs=tuple(s for s in ALL_TOPICS if s.name in GROWABLE))}
+    missing = [n for n in names if not states[n].exists]
+    if missing:
+        raise RuntimeError(f"topic(s) {', '.join(missing)} not found; run `topics create`")
+    smaller = [n for n in names if states[n].partitions > partitions]
+    if smaller:
+        raise ValueError(f"{', '.join(smaller)} already has more than {partitions} "
+                         f"partitions; Kafka cannot take partitions away")
+    todo = [n for n in names if states[n].partitions < partitions]
+    if todo:
+        response = await admin.create_partitions(
+            {n: NewPartitions(total_count=partitions) for n in todo})
+        for name, code, message in response.topic_errors:
+            if code != 0:
+                raise RuntimeError(f"growing {name} failed: error {code} {message}")
+    return todo
+
+
 def drift(states: list[TopicState], *, prefix: str = "", replication_factor: int = 1,
           min_insync_replicas: int | None = None,
           specs: tuple[TopicSpec, ...] = ALL_TOPICS) -> list[Drift]:
@@ -140,7 +171,8 @@ def drift(states: list[TopicState], *, prefix: str = "", replication_factor: int
         if state is None or not state.exists:
             out.append(Drift(name, "existence", "present", "missing"))
             continue
-        if state.partitions != spec.partitions:
+        grown = spec.name in GROWABLE and state.partitions > spec.partitions
+        if state.partitions != spec.partitions and not grown:
             out.append(Drift(name, "partitions", str(spec.partitions), str(state.partitions)))
         if state.replication_factor < replication_factor:
             out.append(Drift(name, "replication factor", str(replication_factor),

@@ -28,7 +28,8 @@ class TopicSpec:
         return out
 
 
-REQUESTS = TopicSpec("tts.requests", 12, "delete", 7 * DAY_MS, "voice_id")
+ROUTING_KEY = "routing key (voice_id or voice_id#shard)"  # topics/fleet.py
+REQUESTS = TopicSpec("tts.requests", 12, "delete", 7 * DAY_MS, ROUTING_KEY)
 VOICES = TopicSpec("tts.voices", 12, "compact", None, "voice_id")
 RESULTS = TopicSpec("tts.results", 12, "delete", 7 * DAY_MS, "job.id, else request_id")
 JOBS = TopicSpec("tts.jobs", 12, "delete", 7 * DAY_MS, "job.id")
@@ -36,12 +37,15 @@ DLQ = TopicSpec("tts.dlq", 3, "delete", 30 * DAY_MS, "original key")
 # Lanes (DESIGN.md, "Lanes"): the interactive requests have tts.requests' partition count and
 # keying, so a voice's two lanes share a partition number and the worker that owns it.
 REQUESTS_INTERACTIVE = TopicSpec("tts.requests.interactive", REQUESTS.partitions, "delete",
-                                 DAY_MS, "voice_id")
+                                 DAY_MS, ROUTING_KEY)
 AUDIO = TopicSpec("tts.audio", 12, "delete", DAY_MS, "request_id")  # binary chunks (chunks.py)
 CONTROL = TopicSpec("tts.control", 3, "delete", DAY_MS, "request_id or job_id")
+# Routing (topics/fleet.py): each worker's latest status; compacted, and old enough records
+# of workers that never came back are deleted. One partition: every router reads it all.
+FLEET = TopicSpec("tts.fleet", 1, "compact,delete", DAY_MS, "worker")
 
 ALL_TOPICS: tuple[TopicSpec, ...] = (REQUESTS, VOICES, RESULTS, JOBS, DLQ,
-                                     REQUESTS_INTERACTIVE, AUDIO, CONTROL)
+                                     REQUESTS_INTERACTIVE, AUDIO, CONTROL, FLEET)
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class TopicNames:
     requests_interactive: str
     audio: str
     control: str
+    fleet: str
 
 
 def topic_names(prefix: str = "") -> TopicNames:
@@ -66,4 +71,5 @@ def topic_names(prefix: str = "") -> TopicNames:
         requests_interactive=prefix + REQUESTS_INTERACTIVE.name,
         audio=prefix + AUDIO.name,
         control=prefix + CONTROL.name,
+        fleet=prefix + FLEET.name,
     )

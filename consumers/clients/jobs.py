@@ -4,7 +4,8 @@ Flow: SCRIPT (YAML or JSON) -> `consumers.clients.scripts.load_script` (every li
 the worker's own request rules, so a bad line fails there with exit 2, before anything is
 produced) -> `put_manifest`:
 `jobs/{job_id}/script.json` in the store (the texts for the subtitles and the job's gap /
-concat options, read by the aggregator) -> requests keyed by voice ID, each with
+concat options, read by the aggregator) -> requests routed (consumers.fleet: bounded
+loads over the fleet view, keys `voice_id` or `voice_id#shard`), each with
 `job: {id, index, total}` and the request ID `{job_id}-{index:04d}` -> `tts.requests`.
 
 With `--wait`: the job's one `tts.results` partition (results are keyed by job ID) and its
@@ -27,6 +28,7 @@ from aiokafka import TopicPartition
 
 from consumers.aggregator.state import encode_manifest
 from consumers.clients.scripts import Script
+from consumers.fleet.sending import RoutedSender, routed
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
@@ -38,7 +40,6 @@ from topics.events import (
     SynthesisResult,
     decode_job,
     decode_result,
-    encode,
 )
 from topics.partitioning import partition_for
 from topics.specs import JOBS, RESULTS, topic_names
@@ -202,11 +203,19 @@ async def run_job(settings: Settings, script: Script, *, wait: bool, timeout_s: 
             await consumer.seek_to_end(*tps)
             for tp in tps:  # resolve the ends now, before the requests exist
                 await consumer.position(tp)
-        futures = [await producer.send(names.requests, encode(r), key=r.voice_id.encode())
-                   for r in script.requests]
+        # Routed (consumers.fleet): a voice's lines stay on its worker until that worker is
+        # past job_balance x the fleet's mean load, then spill to the voice's next shards.
+        sender, view = await routed(settings, producer, "batch",
+                                    balance=settings.routing.job_balance)
+        try:
+            futures = [(await sender.send(r))[1] for r in script.requests]
+        finally:
+            if view is not None:
+                await view.stop()
         await asyncio.gather(*futures)
+        spread = _spread(sender)
         print(f"job {script.job_id}: {len(script.requests)} requests produced to "
-              f"{names.requests}", file=stream, flush=True)
+              f"{names.requests}{spread}", file=stream, flush=True)
         if consumer is None:
             return None
         return await _follow(consumer, script, names.results, names.jobs, timeout_s,
@@ -215,6 +224,15 @@ async def run_job(settings: Settings, script: Script, *, wait: bool, timeout_s: 
         if consumer is not None:
             await consumer.stop()
         await producer.stop()
+
+
+def _spread(sender: RoutedSender) -> str:
+    """', routed to 3 workers' or '' (routing off, or no worker in the fleet view)."""
+    router = sender.router
+    if router is None or not router.outstanding:
+        return ""
+    workers = [w for w in router.workers(sender.lane) if router.load(sender.lane, w)]
+    return f", routed to {len(workers)} worker{'s' if len(workers) != 1 else ''}"
 
 
 async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic: str,

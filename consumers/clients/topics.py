@@ -1,6 +1,7 @@
-"""`voicefactory topics create|describe`: the contract's topics on the broker, and drift.
+"""`voicefactory topics create|describe|grow`: the contract's topics on the broker, and drift.
 
-    settings --admin_client--> create_topics (create only) --> describe_topics --> one line
+    settings --admin_client--> create_topics (create only) or grow_request_lanes (grow: both
+    request lanes to N partitions) --> describe_topics --> one line
     per topic on stdout --> drift() against topics/specs.py --> `drift: ...` lines on stderr,
     exit 1 when there is any, else 0
 """
@@ -12,12 +13,18 @@ from typing import TextIO
 
 from consumers.kafka import security_kwargs
 from consumers.settings import Settings
-from topics.admin import admin_client, create_topics, describe_topics, drift
+from topics.admin import (
+    admin_client,
+    create_topics,
+    describe_topics,
+    drift,
+    grow_request_lanes,
+)
 
 
 async def topics_command(settings: Settings, action: str, *, replication_factor: int,
-                         min_insync_replicas: int | None, out: TextIO = sys.stdout,
-                         err: TextIO = sys.stderr) -> int:
+                         min_insync_replicas: int | None, partitions: int | None = None,
+                         out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     prefix = settings.kafka.topic_prefix
     admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
     await admin.start()
@@ -27,6 +34,15 @@ async def topics_command(settings: Settings, action: str, *, replication_factor:
                                           replication_factor=replication_factor,
                                           min_insync_replicas=min_insync_replicas)
             print(f"created: {', '.join(created) or 'nothing (all present)'}", file=out)
+        elif action == "grow":
+            assert partitions is not None, "the CLI asks for --partitions"
+            try:
+                grown = await grow_request_lanes(admin, prefix=prefix, partitions=partitions)
+            except (ValueError, RuntimeError) as exc:
+                print(f"topics grow: {exc}", file=err)
+                return 1
+            print(f"grown to {partitions} partitions: {', '.join(grown) or 'nothing (already)'}"
+                  "; workers take the new partitions at their next rebalance", file=out)
         states = await describe_topics(admin, prefix=prefix)
         for s in states:
             print(f"{s.name:24} partitions={s.partitions:<3} rf={s.replication_factor} "

@@ -8,7 +8,8 @@
       /healthz, /readyz, /metrics
     speech: body -> JSON -> `parse_speech` (400) -> voice registered? (404) -> lane lag under
       the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
-      -> requests produced to tts.requests.interactive with `vf-reply-partition`
+      -> requests routed (consumers.fleet) to tts.requests.interactive with
+      `vf-reply-partition`; a worker gone before the first chunk: sent again (failover.py)
       -> `SpeechAnswer` streams the chunk records back (consumers.gateway.serve).
 Nothing reaches Kafka before every check passed. Keys and secrets never reach a log line:
 only tenant names are logged.
@@ -75,6 +76,7 @@ async def speech(request: Request) -> Response:
     ids = [r.request_id for r in order.requests]
 
     def on_end() -> None:
+        gw.finished(ids)
         gw.router.unregister(ids)
         gw.limiter.close_stream(tenant)
         gw.metrics.set_open_streams(gw.limiter.open_streams())

@@ -9,6 +9,7 @@ speech answer's first audio byte -> `observe_ttfb(seconds)`; streams opening and
     vf_gateway_open_streams                   speech answers in progress
     vf_gateway_interactive_lag                vf-synth's lag on tts.requests.interactive
     vf_gateway_cancels_total                  cancels produced to tts.control
+    vf_gateway_failovers_total                requests sent again: worker gone, no chunk yet
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class GatewayMetrics:
                           "Synthesis group lag on tts.requests.interactive", registry=r)
         self._cancels = Counter("vf_gateway_cancels", "Cancels produced to tts.control",
                                 registry=r)
+        self._failovers = Counter("vf_gateway_failovers",
+                                  "Requests sent again to another worker: theirs left the "
+                                  "fleet view before the first chunk", registry=r)
 
     def on_response(self, route: str, status: int) -> None:
         self._requests.labels(route=route, status=str(status)).inc()
@@ -49,6 +53,9 @@ class GatewayMetrics:
 
     def on_cancel(self) -> None:
         self._cancels.inc()
+
+    def on_failover(self) -> None:
+        self._failovers.inc()
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 class _Waiter:
     partition: int
     queue: asyncio.Queue[AudioChunk] = field(default_factory=asyncio.Queue)
+    chunks: int = 0  # records read for it so far (the failover asks)
 
 
 class NoReplyPartition(RuntimeError):
@@ -111,6 +112,11 @@ class ReplyRouter:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def chunks_of(self, request_id: str) -> int:
+        """Chunk records read for a waited-for request (0 for one not waited for)."""
+        waiter = self._waiters.get(request_id)
+        return waiter.chunks if waiter is not None else 0
+
     # -- reading -------------------------------------------------------------------------------
     async def _run(self) -> None:
         consumer = self._consumer
@@ -149,6 +155,7 @@ class ReplyRouter:
                 log.warning("tts.audio record at %d/%d skipped: %s", record.partition,
                             record.offset, exc)
                 continue
+            waiter.chunks += 1
             waiter.queue.put_nowait(chunk)
 
     # -- rebalances ------------------------------------------------------------------------------

@@ -1,19 +1,26 @@
 """One gateway replica's long-lived parts, started and stopped with the app's lifespan.
 
 `Gateway.start()`: the producer (requests, cancels, voice events), the `ReplyRouter` (this
-replica's partitions of tts.audio), the admin client and the `LagSampler`; the keys file is
-read at construction. Routes reach it as `request.app.state.gateway`.
+replica's partitions of tts.audio), the fleet router and its view (consumers.fleet: where
+each request goes, one sender per lane) with the `Failover` loop, the admin client and the
+`LagSampler`; the keys file is read at construction. Routes reach it as
+`request.app.state.gateway`. `produce` routes and sends; `finished` tells the router a
+request's answer ended.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from consumers.fleet.sending import RoutedSender, fleet_router
+from consumers.fleet.view import FleetView
+from consumers.gateway.failover import Failover
 from consumers.gateway.keys import KeyRing
 from consumers.gateway.lag import LagSampler
 from consumers.gateway.limits import Limiter
@@ -55,11 +62,16 @@ class Gateway:
                               interval_s=settings.gateway.lag_interval_s,
                               on_sample=self.metrics.set_lag)
         self._voices_seen: dict[str, float] = {}
+        self.fleet: FleetView | None = None
+        self.senders: dict[str, RoutedSender] = {}  # topic -> its lane's sender
+        self.failover: Failover | None = None
+        self._failover_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.producer = make_producer(self.settings.kafka, linger_ms=0)
         await self.producer.start()
         await self.router.start()
+        await self._start_routing(self.producer)
         kafka = self.settings.kafka
         self._admin = admin_client(kafka.bootstrap, **security_kwargs(kafka))
         await self._admin.start()
@@ -67,7 +79,33 @@ class Gateway:
         log.info("gateway started: %d key(s), reply group %s", len(self.keys),
                  self.settings.gateway.group_id)
 
+    async def _start_routing(self, producer: AIOKafkaProducer) -> None:
+        routing = self.settings.routing
+        routes, self.fleet = await fleet_router(self.settings, producer)
+        interactive = RoutedSender(producer, self.names.requests_interactive, "interactive",
+                                   routes)
+        # Jobs' answers go to tts.results, which the gateway does not read: counted by the
+        # router until the worker's next status includes them.
+        self.senders = {
+            self.names.requests_interactive: interactive,
+            self.names.requests: RoutedSender(producer, self.names.requests, "batch",
+                                              routes, balance=routing.job_balance,
+                                              answer_follows=False)}
+        if routes is not None and routing.failover_ms > 0:
+            self.failover = Failover(interactive, chunks_of=self.router.chunks_of,
+                                     after_s=routing.failover_ms / 1000,
+                                     on_failover=self.metrics.on_failover)
+            self._failover_task = asyncio.create_task(self.failover.run(), name="failover")
+
     async def stop(self) -> None:
+        if self._failover_task is not None:
+            self._failover_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._failover_task
+            self._failover_task = None
+        if self.fleet is not None:
+            await self.fleet.stop()
+            self.fleet = None
         await self.lag.stop()
         if self._admin is not None:
             await self._admin.close()
@@ -79,11 +117,24 @@ class Gateway:
 
     async def produce(self, topic: str, requests: list[SynthesisRequest],
                       partition: int | None = None) -> None:
+        """Route and send `requests` to a lane topic, waiting for the acknowledgements;
+        `partition` is the reply partition of tts.audio the chunks should go to."""
         assert self.producer is not None
         headers = [(REPLY_PARTITION, str(partition).encode())] if partition is not None else []
-        sent = [await self.producer.send(topic, encode(r), key=r.voice_id.encode(),
-                                         headers=headers) for r in requests]
-        await asyncio.gather(*sent)
+        sender = self.senders[topic]
+        acks = []
+        for request in requests:
+            route, ack = await sender.send(request, headers=headers)
+            acks.append(ack)
+            if self.failover is not None and sender.lane == "interactive":
+                self.failover.track(request, route, headers)
+        await asyncio.gather(*acks)
+
+    def finished(self, request_ids: list[str]) -> None:
+        """A speech answer ended (or was given up): its requests no longer count as load."""
+        self.senders[self.names.requests_interactive].done(request_ids)
+        if self.failover is not None:
+            self.failover.forget(request_ids)
 
     async def cancel(self, request_ids: list[str], reason: str) -> None:
         if self.producer is None:

@@ -1,17 +1,19 @@
 """The engine's device slots, handed out by lane: interactive first, batch keeps its share.
 
-    dispatcher task: BatchThreads.run(lane, processor.process_batch, items)
+    dispatcher task: BatchThreads.run(lane, processor.process_batch, items), or for a
+        streamed request (streams.py) BatchThreads.run(lane, processor.process_stream, ...)
     processor thread (BatchThreads' own pool): in_lane sets LANE (a ContextVar) ->
         `with device_gate:`
-        (pipeline/synthesis.py's device slots, taken for the profile lookup and again for the
-        engine call) -> waits in its lane's FIFO -> a freed slot goes to the head of the
-        interactive FIFO, except that batch.ShareRule gives batch its minimum share of the
-        slots both lanes wait for
+        (the processor's device slots: pipeline/synthesis.py takes one for the profile
+        lookup and again for the engine call, pipeline/streaming.py one for both) -> waits
+        in its lane's FIFO -> a freed slot goes to the head of the interactive FIFO, except
+        that batch.ShareRule gives batch its minimum share of the slots both lanes wait for
 
-An interactive batch holds its slot for the whole call: in_lane enters the gate first and
-the processor's own entries are re-entrant for that thread. Otherwise the slot it gives back
-between the profile lookup and the engine call would go to a waiting batch-lane batch, and
-the caller would queue for a slot twice (measured: ~2x the wait behind a backlog).
+An interactive batch or stream holds its slot for the whole call: in_lane enters the gate
+first and the processor's own entries are re-entrant for that thread. Otherwise the slot a
+batch gives back between the profile lookup and the engine call would go to a waiting
+batch-lane batch, and the caller would queue for a slot twice (measured: ~2x the wait behind
+a backlog).
 
 Why a gate as well as the batcher's order: twice max_inflight dispatchers take batches so the
 engine stays busy while finished outputs are stored, so when an interactive request comes,
@@ -145,7 +147,8 @@ def in_lane(gate: LaneGate | None, lane: Lane, fn: Callable[P, R], *args: P.args
 
 
 class BatchThreads:
-    """The threads batches run in, one per dispatcher, each call marked with its lane.
+    """The threads batches and streamed requests run in, one per dispatcher (each runs one
+    batch or one stream at a time), each call marked with its lane.
 
     Not asyncio's default executor: it has min(32, cores + 4) threads, which the dispatchers
     alone would fill on a small machine, and aiokafka's DNS lookups (every connection) and

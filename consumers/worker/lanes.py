@@ -145,6 +145,13 @@ def with_lane_deadline(request: SynthesisRequest, lane: Lane, received: datetime
     return msgspec.structs.replace(request, deadline=deadline.replace("+00:00", "Z"))
 
 
+def device_slots(worker: Any) -> dict[Lane, int]:
+    """Device calls each lane may run at once (gate.LaneGate): batch its max_inflight,
+    interactive those plus the slots only it may take. `worker` is a WorkerSettings."""
+    return {"batch": worker.max_inflight,
+            "interactive": worker.max_inflight + worker.interactive_slots}
+
+
 def check_assignor(name: str) -> bool:
     """True when `name` co-partitions the lanes; otherwise a warning says what is lost."""
     if name in CO_PARTITIONING_ASSIGNORS:

@@ -54,7 +54,8 @@ from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher
-from consumers.worker.gate import LANE, BatchThreads, LaneGate
+from consumers.worker.fleet import StatusReporter
+from consumers.worker.gate import BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.lifecycle import WorkerLifecycle
 from consumers.worker.publisher import Publisher, dead_letter
@@ -75,7 +76,8 @@ class SynthesisWorker(WorkerLifecycle):
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
                  commit_interval_s: float = 0.5, device_gate: LaneGate | None = None,
                  engine_ready: Callable[[], bool] | None = None,
-                 warm_up: Callable[[], None] | None = None) -> None:
+                 warm_up: Callable[[], None] | None = None,
+                 hot_voices: Callable[[], list[str]] = list) -> None:
         s = settings.worker
         self._settings = settings
         self._processor = processor
@@ -87,6 +89,7 @@ class SynthesisWorker(WorkerLifecycle):
         self._engine_ready = engine_ready or (lambda: True)
         self._warm_up = warm_up
         self._warming = False
+        self._hot_voices = hot_voices
         self._commit_interval_s = commit_interval_s
         self.retry = RetryPolicy(max_attempts=s.max_attempts,
                                  storage_retry_s=s.storage_retry_seconds,
@@ -143,7 +146,8 @@ class SynthesisWorker(WorkerLifecycle):
             auto_offset_reset="earliest", group_instance_id=s.instance_id or None,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
-            max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor))
+            max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor),
+            metadata_max_age_ms=15_000)  # grown request lanes are taken within 15 s
         producer = make_producer(self._settings.kafka, linger_ms=2)
         reader = ControlReader(  # not in the group: every worker reads every command
             consumer=make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False),
@@ -156,7 +160,12 @@ class SynthesisWorker(WorkerLifecycle):
             chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
                                   metrics=self.metrics),
             processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics,
-            names=self._names, checker=self.cancels.checker)
+            names=self._names, threads=self._threads, checker=self.cancels.checker)
+        fleet = StatusReporter(  # tts.fleet: what routers know of this worker (fleet.py)
+            worker_id=s.instance_id, producer=producer, consumer=consumer, names=self._names,
+            checkpoint=self.checkpoint, batcher=self.batcher, slots=lanes.device_slots(s),
+            interval_ms=self._settings.routing.fleet_interval_ms, hot=self._hot_voices,
+            draining=self._stopping.is_set)
         lanes.check_assignor(s.assignor)
         consumer.subscribe(lanes.lane_topics(self._names), listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,
@@ -170,14 +179,17 @@ class SynthesisWorker(WorkerLifecycle):
                  s.max_inflight, s.max_batch)
         loops = [asyncio.create_task(self._fetch_loop(), name="fetch"),
                  asyncio.create_task(self._commit_loop(), name="commit"),
-                 asyncio.create_task(reader.run(), name="control")]
+                 asyncio.create_task(reader.run(), name="control"),
+                 asyncio.create_task(fleet.run(), name="fleet")]
         # How many dispatchers, of which lanes, and why: lanes.dispatcher_lanes.
         dispatchers = [asyncio.create_task(self._dispatch_loop(lane), name=f"dispatch-{i}")
                        for i, lane in enumerate(lanes.dispatcher_lanes(s.max_inflight))]
         try:
             await self._stopping.wait()
         finally:
+            await fleet.announce_draining()  # routers send nothing new here
             await self._drain(loops, dispatchers)
+            await fleet.retire()
             await consumer.stop()
             await reader.stop()
             await producer.stop()
@@ -286,7 +298,6 @@ class SynthesisWorker(WorkerLifecycle):
     async def _run_stream(self, req: InFlightRequest) -> None:
         assert self.streams is not None, "built in run()"
         self._running_batches += 1  # device work, as a batch is: the batcher's idle()
-        LANE.set(req.lane)  # its device slots by lane too: to_thread carries the context
         try:
             outcome = await self.streams.run(req)
         finally:

@@ -2,13 +2,14 @@
 tts.audio as they are made, the final record before the result.
 
 worker queue: a lane of its own per streamed request (queue_key) -> a dispatcher (loop.py)
--> StreamRunner.run(req): a new ChunkStream for this attempt
-(chunks.py) -> processor.process_stream in a thread, its sink publishing every chunk ->
-the outcome back to the loop's retry and answer logic -> StreamRunner.answer: the attempt's
-final record (status, error code), acknowledged -> only then Checkpoint.answer (result
-and/or DLQ record, offset done). So a stream reader has the final record before the result
-exists and before the offset can be committed. A streamed request answered without running
-(rejected when decoded) gets its final record on a fresh attempt, so no reader hangs.
+-> StreamRunner.run(req): a new ChunkStream for this attempt (chunks.py) ->
+processor.process_stream in the worker's BatchThreads (gate.py: the batch path's threads;
+in_lane sets the lane and holds an interactive stream's device slot), its sink publishing
+every chunk -> the outcome back to the loop's retry and answer logic -> StreamRunner.answer:
+the attempt's final record (status, error code), acknowledged -> only then Checkpoint.answer
+(result and/or DLQ record, offset done). So a stream reader has the final record before the
+result exists and before the offset can be committed. A streamed request answered without
+running (rejected when decoded) gets its final record on a fresh attempt, so no reader hangs.
 
 Cancellation: `checker(request_id, job_id)` makes the request's lookup (the worker passes
 its CancelRegistry's), asked between chunks (pipeline.streaming stops at the next one).
@@ -26,6 +27,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from consumers.metrics import WorkerMetrics
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher, ChunkStream
+from consumers.worker.gate import BatchThreads
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.lanes import lane_of
 from pipeline.synthesis import Outcome, RequestProcessor
@@ -62,8 +64,13 @@ def wants_stream(value: bytes | None) -> bool:
 class StreamRunner:
     def __init__(self, *, chunks: ChunkPublisher, processor: RequestProcessor,
                  checkpoint: Checkpoint, metrics: WorkerMetrics, names: TopicNames,
+                 threads: BatchThreads,
                  checker: Callable[[str, str | None], Callable[[], bool]] = _never) -> None:
         self._chunks = chunks
+        # The batch path's pool, not asyncio's default executor (why: gate.BatchThreads);
+        # a stream takes a dispatcher as a batch does, so the pool's one thread per
+        # dispatcher serves both.
+        self._threads = threads
         self._names = names
         self._processor = processor
         self._cp = checkpoint
@@ -80,8 +87,8 @@ class StreamRunner:
         request, received = req.received(cancelled)
         sink = stream.sink(asyncio.get_running_loop(), cancelled)
         try:
-            outcome = await asyncio.to_thread(self._processor.process_stream, request,
-                                              received, sink)
+            outcome = await self._threads.run(req.lane, self._processor.process_stream,
+                                              request, received, sink)
         except Exception as exc:  # a bug must not block the partition: retried, then failed
             log.exception("stream crashed", extra=req.ctx())
             return VoiceFactoryError(ErrorCode.ENGINE_ERROR, f"internal error: {exc!r}",

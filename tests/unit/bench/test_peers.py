@@ -68,9 +68,11 @@ def test_both_designs_get_the_same_trace_and_the_plan_fits_quick_mode() -> None:
     assert len({r.voice_id for r in peers.trace(2000, "x")}) > 300  # 1,000 voices, Zipf
     p = peers.plan(quick=True)
     parts = peers.slices(p)
-    assert [name for name, _, _ in parts] == ["warm", "load0.5", "load0.7", "load0.9", "kill"]
+    assert [name for name, _, _ in parts] == [
+        "warm", "load0.5", "load0.7", "load0.9", "load1.1", "load1.3", "load1.5", "load1.7",
+        "load2.0", "load2.5", "kill"]
     seconds = p["warm_s"] + len(p["loads"]) * p["level_s"] + p["kill_s"]
-    assert seconds <= 30  # sending time per design; start-up and drains come on top
+    assert seconds <= 60  # at most, sending per design; start-up and drains come on top
     assert parts[2][2] == round(0.7 * peers.NOMINAL_RPS * p["level_s"])
     assert peers.KILL_LOAD in p["loads"] and peers.KILL_LOAD in peers.plan(False)["loads"]
 
@@ -152,3 +154,34 @@ def test_cli_bench_peers_runs_only_the_peers_measurement(
     assert seen["only"] == ["peers"] and seen["quick"] is True
     args = voicefactory.build_parser().parse_args(["bench", "--only", "peers", "faults"])
     assert args.only == ["peers", "faults"]
+
+
+def test_levels_past_nominal_go_on_only_while_the_p99_bound_holds() -> None:
+    """Each design rises past 110 % until its p99 passes the bound; the kill run's slice of
+    the trace is the same whichever levels ran."""
+    import asyncio
+
+    from bench.peerload import throughput_at_p99
+
+    p = peers.plan(quick=True)
+    capacity = {"nginx": 1.0, "voicefactory": 1.6}  # load at which p99 passes the bound
+    seen: dict[str, list[tuple[float, str]]] = {}
+
+    def run(design: str) -> dict[str, Any]:
+        trace = peers.trace(sum(c for _, _, c in peers.slices(p)), design)
+
+        async def send(part: list[Any], rate: float, **kill: Any) -> dict[str, Any]:
+            load = rate / peers.NOMINAL_RPS
+            seen.setdefault(design, []).append((round(load, 2), part[0].voice_id))
+            p99 = 400.0 if load <= capacity[design] else 3000.0
+            return {"sent": len(part), "ok": len(part), "failed": 0, "lost": 0,
+                    "throughput_rps": rate, "p50_ms": 300.0, "p99_ms": p99}
+
+        return asyncio.run(peers._levels(p, trace, send, lambda: None, [], {}))
+
+    nginx, vf = run("nginx"), run("voicefactory")
+    assert [r["load"] for r in nginx["rows"]] == [0.5, 0.7, 0.9, 1.1]
+    assert [r["load"] for r in vf["rows"]] == [0.5, 0.7, 0.9, 1.1, 1.3, 1.5, 1.7]
+    assert seen["nginx"][-1] == seen["voicefactory"][-1]  # same kill slice, same voices
+    assert throughput_at_p99(vf["rows"], peers.P99_BOUND_MS) == round(
+        1.5 * peers.NOMINAL_RPS, 10)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import io
 from datetime import UTC, datetime, timedelta
+from types import TracebackType
 
 import numpy as np
 import pytest
 import soundfile as sf
 
 from pipeline.audio import Audio
+from pipeline.engines.base import Profile
 from pipeline.engines.bench import BenchEngine
 from pipeline.loudness import fast_loudness
 from pipeline.streaming import ChunkShaper
@@ -170,6 +172,61 @@ def test_failures_are_a_retryable_error_or_a_rejection(text: str, voice: str, co
         assert isinstance(outcome, SynthesisResult) and outcome.status == "rejected"
         assert outcome.error is not None and outcome.error.code == code.value
     assert not store.objects
+
+
+class CountingSlot:
+    """A device slot stand-in: how often it was entered, and what ran inside it."""
+
+    def __init__(self) -> None:
+        self.entries = 0
+        self.held = False
+        self.seen: list[tuple[str, bool]] = []
+
+    def __enter__(self) -> CountingSlot:
+        self.entries += 1
+        self.held = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.held = False
+
+
+def test_one_device_slot_from_the_profile_lookup_to_the_last_chunk() -> None:
+    """Taken once per stream, as an interactive batch holds one (consumers/worker/gate.py):
+    a second entry would queue the stream twice before its first chunk. Storing the clip
+    runs after the slot is given back."""
+    slot = CountingSlot()
+
+    class Profiles(FixedProfiles):
+        def resolve(self, voice_id: str, reference: str | None = None) -> Profile:
+            slot.seen.append(("profile", slot.held))
+            return super().resolve(voice_id, reference)
+
+    class Store(GettingStore):
+        def put(self, key: str, data: bytes, content_type: str,
+                metadata: dict[str, str] | None = None) -> None:
+            slot.seen.append(("put", slot.held))
+            super().put(key, data, content_type, metadata)
+
+    class Sink(ListSink):
+        def chunk(self, pcm: bytes, sample_rate: int) -> None:
+            slot.seen.append(("chunk", slot.held))
+            super().chunk(pcm, sample_rate)
+
+    proc = RequestProcessor(engine=BenchEngine(chunk_seconds=0.25), store=Store(),  # type: ignore[arg-type]
+                            profiles=Profiles({"v"}), worker="w", presign_seconds=60,
+                            device_gate=slot)
+    result = proc.process_stream(request(), received(), Sink())
+    assert isinstance(result, SynthesisResult) and result.status == "succeeded"
+    assert slot.entries == 1
+    assert slot.seen[0] == ("profile", True) and slot.seen[-1] == ("put", False)
+    assert {held for stage, held in slot.seen if stage == "chunk"} == {True}
+    slot.entries = 0  # a voice that is not there: one entry, rejected, given back
+    rejected = proc.process_stream(request(request_id="r2", voice_id="nobody"), received(),
+                                  ListSink())
+    assert isinstance(rejected, SynthesisResult) and rejected.status == "rejected"
+    assert slot.entries == 1 and not slot.held
 
 
 def test_shaper_joins_sentences_with_a_gap_and_holds_back_only_the_fade() -> None:

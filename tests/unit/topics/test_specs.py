@@ -22,6 +22,8 @@ DESIGN_TOPICS = {
     "tts.requests.interactive": (12, "delete", 1),
     "tts.audio": (12, "delete", 1),
     "tts.control": (3, "delete", 1),
+    # docs/contract.md, "Routing keys and the fleet view"
+    "tts.fleet": (1, "compact,delete", 1),
 }
 ASYNCAPI = Path(__file__).resolve().parents[3] / "docs" / "asyncapi.yaml"
 
@@ -47,10 +49,12 @@ def test_min_insync_replicas_is_only_set_when_asked() -> None:
 
 def test_keys_match_design() -> None:
     assert {s.name: s.key for s in ALL_TOPICS} == {
-        "tts.requests": "voice_id", "tts.voices": "voice_id",
+        "tts.requests": "routing key (voice_id or voice_id#shard)", "tts.voices": "voice_id",
         "tts.results": "job.id, else request_id", "tts.jobs": "job.id",
-        "tts.dlq": "original key", "tts.requests.interactive": "voice_id",
+        "tts.dlq": "original key",
+        "tts.requests.interactive": "routing key (voice_id or voice_id#shard)",
         "tts.audio": "request_id", "tts.control": "request_id or job_id",
+        "tts.fleet": "worker",
     }
 
 
@@ -58,7 +62,7 @@ def test_keys_match_design() -> None:
 def test_prefix_is_applied_to_every_topic(prefix: str) -> None:
     names = topic_names(prefix)
     assert (names.requests, names.voices, names.results, names.jobs, names.dlq,
-            names.requests_interactive, names.audio, names.control) == tuple(
+            names.requests_interactive, names.audio, names.control, names.fleet) == tuple(
         prefix + s.name for s in ALL_TOPICS)
 
 
@@ -69,7 +73,8 @@ def test_asyncapi_channels_match_the_specs() -> None:
     for spec in ALL_TOPICS:
         binding = by_address[spec.name]
         assert binding["partitions"] == spec.partitions
-        assert binding["topicConfiguration"]["cleanup.policy"] == [spec.cleanup_policy]
+        policy = binding["topicConfiguration"]["cleanup.policy"]
+        assert policy == spec.cleanup_policy.split(",")
         assert binding["topicConfiguration"].get("retention.ms") == spec.retention_ms
 
 

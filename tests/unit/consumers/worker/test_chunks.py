@@ -11,6 +11,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from consumers.metrics import WorkerMetrics
 from consumers.worker.chunks import MAX_RECORD_BYTES, ChunkPublisher
+from consumers.worker.gate import BatchThreads
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from tests.unit.consumers.worker.fakes import (
     NAMES,
@@ -147,7 +148,8 @@ async def test_the_final_record_is_acknowledged_before_the_result_is_sent() -> N
     consumer, producer = FakeConsumer(), FakeProducer()
     cp = make_checkpoint(consumer, producer)
     runner = StreamRunner(chunks=publisher(producer), names=NAMES, processor=None,  # type: ignore[arg-type]
-                          checkpoint=cp, metrics=WorkerMetrics())
+                          checkpoint=cp, metrics=WorkerMetrics(),
+                          threads=BatchThreads(None, 1))  # answers only: never used
     rec = record(0)
     rec.headers.append((REPLY_PARTITION, b"3"))
     assert cp.begin(P0, 0)
@@ -165,7 +167,8 @@ async def test_no_final_record_means_no_result_and_no_commit() -> None:
     consumer, producer = FakeConsumer(), FakeProducer(fail=KafkaConnectionError())
     cp = make_checkpoint(consumer, producer)
     runner = StreamRunner(chunks=publisher(producer), names=NAMES, processor=None,  # type: ignore[arg-type]
-                          checkpoint=cp, metrics=WorkerMetrics())
+                          checkpoint=cp, metrics=WorkerMetrics(),
+                          threads=BatchThreads(None, 1))  # answers only: never used
     assert cp.begin(P0, 0)
     task = asyncio.create_task(runner.answer(P0, record(0), result=answer("succeeded")))
     await asyncio.sleep(0.05)  # the final record keeps failing: retried, nothing else sent

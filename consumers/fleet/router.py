@@ -1,0 +1,268 @@
+"""Bounded-load routing of requests to workers: a voice stays where its profile is hot
+until that worker is loaded past its share, then its overflow goes to the voice's next shard.
+
+    statuses (tts.fleet, via FleetView) -> apply(): who owns which partition of each lane,
+        what waits for each worker (`others`: the fleet's load less this router's own)
+    route(voice, lane) -> the voice's preference list, walked lazily: shard 0, 1, 2, ...
+        -> murmur2(routing key) -> partition -> its live owner, each worker once (a
+        consistent-hash order of the workers, fixed per voice while ownership holds)
+        -> 1. among the workers whose status lists the voice as hot (profile in RAM): the
+              least loaded that fits under its cap (no profile moves; a voice already on
+              four workers is spread evenly over the four)
+           2. else the first worker in preference order that fits: its profile is built
+              (from the store) once there -> Route(key, partition, worker)
+    sent(request_id, route) / done(request_id): this router's own outstanding requests per
+        worker, counted at once, so a burst is spread before the next status arrives
+
+The cap is consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
+2018), with a floor: cap(w) = max(slots(w), balance * (total + 1) / workers). A worker with
+a free device slot always takes its voices (no queueing, no profile moved); past that a
+worker may hold `balance` times the mean before its voices spill. Since the least loaded
+worker is never over the mean, some worker always fits, so the busiest worker holds at
+most max(slots, balance x mean) requests. Without a view (no status yet, or none live) a
+route is the plain voice_id with no partition: Kafka's partitioner decides, as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from topics.fleet import MAX_SHARD, STALE_INTERVALS, RouteLane, WorkerStatus, routing_key
+from topics.partitioning import partition_for
+
+LANES: tuple[RouteLane, ...] = ("batch", "interactive")
+MAX_REMEMBERED = 100_000  # voices' preference lists kept; past that they are walked afresh
+
+
+@dataclass(frozen=True)
+class Route:
+    key: str  # the record key: a routing key
+    shard: int
+    partition: int | None  # None: no view, the producer's partitioner picks from the key
+    worker: str | None  # who owns that partition now, as the view said
+
+
+@dataclass
+class _Walk:
+    """A voice's preference list in one lane, computed as far as a route needed it."""
+
+    found: list[tuple[int, int, str]] = field(default_factory=list)  # (shard, partition, worker)
+    seen: set[str] = field(default_factory=set)
+    next_shard: int = 0
+
+
+class FleetRouter:
+    def __init__(self, *, partitions: int, balance: float = 1.25,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        if balance < 1.0:
+            raise ValueError(f"balance must be >= 1.0 (1.25 is the usual), got {balance}")
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        self.partitions = partitions
+        self.balance = balance
+        self._clock = clock
+        self._wall_ms = wall_ms
+        self._status: dict[str, WorkerStatus] = {}
+        self._seen_at: dict[str, float] = {}  # local clock when each status arrived
+        self._others: dict[tuple[str, str], int] = {}  # (lane, worker) -> load not ours
+        self._mine: dict[tuple[str, str], int] = {}  # (lane, worker) -> ours outstanding
+        self._routed: dict[str, tuple[str, str]] = {}  # request_id -> (lane, worker)
+        # Sent by a sender that never hears the answers, since the worker's last status
+        # (which counts them from then on): cleared by each status.
+        self._recent: dict[tuple[str, str], int] = {}
+        self._owners: dict[str, dict[int, str]] | None = None  # None: rebuild on next use
+        self._walks: dict[tuple[str, str], _Walk] = {}
+        self._live: list[str] = []  # the workers the owner map was built from
+        self._hot: dict[str, frozenset[str]] = {}  # worker -> voices its status says it holds
+        self._turns: dict[str, int] = {}  # voice -> ties broken so far (_least_loaded)
+
+    # -- the view ------------------------------------------------------------------------
+
+    def apply(self, status: WorkerStatus) -> None:
+        """A worker's newest status (older ones than held are ignored)."""
+        held = self._status.get(status.worker)
+        if held is not None and held.at_ms > status.at_ms:
+            return
+        if status.stale_after_ms() < self._wall_ms():  # a dead worker's last word
+            self.remove(status.worker)
+            return
+        changed = held is None or any(held.lane(n).partitions != status.lane(n).partitions
+                                      for n in LANES) or held.draining != status.draining
+        self._status[status.worker] = status
+        self._seen_at[status.worker] = self._clock()
+        self._hot[status.worker] = frozenset(status.hot)
+        for lane in LANES:
+            mine = self._mine.get((lane, status.worker), 0)
+            self._others[(lane, status.worker)] = max(0, status.lane(lane).load - mine)
+            self._recent.pop((lane, status.worker), None)
+        if changed:
+            self._invalidate()
+
+    def remove(self, worker: str) -> None:
+        """The worker is gone (a tombstone on tts.fleet, or it went stale)."""
+        self._hot.pop(worker, None)
+        if self._status.pop(worker, None) is not None:
+            self._seen_at.pop(worker, None)
+            self._invalidate()
+
+    def alive(self, worker: str | None) -> bool:
+        if worker is None or worker not in self._status:
+            return False
+        status = self._status[worker]
+        age_ms = (self._clock() - self._seen_at[worker]) * 1000
+        return not status.draining and age_ms <= STALE_INTERVALS * status.interval_ms
+
+    def workers(self, lane: RouteLane) -> list[str]:
+        return sorted(set(self._owner_map(lane).values()))
+
+    def _invalidate(self) -> None:
+        self._owners = None
+        self._walks.clear()
+
+    def _owner_map(self, lane: str) -> dict[int, str]:
+        """partition -> its live owner; the freshest status wins a partition two claim."""
+        if self._owners is not None and all(self.alive(w) for w in self._live):
+            return self._owners.get(lane, {})
+        for gone in [w for w in self._status if not self.alive(w)
+                     and not self._status[w].draining]:
+            self._status.pop(gone)
+            self._seen_at.pop(gone, None)
+        owners: dict[str, dict[int, str]] = {lane: {} for lane in LANES}
+        live = sorted((s for s in self._status.values() if not s.draining),
+                      key=lambda s: s.at_ms)
+        for status in live:
+            for name in LANES:
+                for p in status.lane(name).partitions:
+                    if 0 <= p < self.partitions:
+                        owners[name][p] = status.worker
+        self._owners = owners
+        self._live = [s.worker for s in live]
+        self._walks.clear()
+        return owners.get(lane, {})
+
+    # -- routing -------------------------------------------------------------------------
+
+    def load(self, lane: RouteLane, worker: str) -> int:
+        """What waits for `worker` in `lane`: the fleet's last word plus ours since."""
+        slot = (lane, worker)
+        return self._others.get(slot, 0) + self._mine.get(slot, 0) + self._recent.get(slot, 0)
+
+    def route(self, voice_id: str, lane: RouteLane = "batch", *,
+              avoid: Iterable[str] = (), balance: float | None = None) -> Route:
+        """Where `voice_id`'s next request in `lane` goes; `avoid` names workers not to use
+        (a failover's first choice), `balance` overrides the router's own for this call."""
+        owners = self._owner_map(lane)
+        skip = set(avoid)
+        workers = set(owners.values()) - skip
+        if not workers:
+            return Route(key=routing_key(voice_id), shard=0, partition=None, worker=None)
+        total = sum(self.load(lane, w) for w in workers)
+        fair = (balance or self.balance) * (total + 1) / len(workers)
+
+        def fits(worker: str, load: int) -> bool:
+            return load + 1 <= max(self._slots(lane, worker), fair)
+
+        hot = {w for w in workers if voice_id in self._hot.get(w, ())}
+        best = self._least_loaded(voice_id, lane, owners, hot, fits) if hot else None
+        if best is not None:  # already loaded there: no profile moves
+            return self._route(voice_id, best)
+        for shard, partition, worker in self._preferences(voice_id, lane, owners):
+            if worker in skip:
+                continue
+            load = self.load(lane, worker)
+            if fits(worker, load):
+                return Route(routing_key(voice_id, shard), shard, partition, worker)
+            if best is None or load < best[0]:
+                best = (load, shard, partition, worker)
+        assert best is not None, "a live worker was found, so the walk found one"
+        return self._route(voice_id, best)
+
+    def _least_loaded(self, voice_id: str, lane: RouteLane, owners: dict[int, str],
+                      among: set[str], fits: Callable[[str, int], bool],
+                      ) -> tuple[int, int, int, str] | None:
+        """(load, shard, partition, worker) of the least loaded of `among` that fits; a tie
+        is taken in turn (per voice), so equally loaded copies share a voice evenly rather
+        than its home taking every request an idle fleet sends. None when none fits."""
+        fitting: list[tuple[int, int, int, str]] = []
+        seen = 0
+        for shard, partition, worker in self._preferences(voice_id, lane, owners):
+            if worker not in among:
+                continue
+            load = self.load(lane, worker)
+            if fits(worker, load):
+                fitting.append((load, shard, partition, worker))
+            seen += 1
+            if seen == len(among):
+                break
+        if not fitting:
+            return None
+        low = min(f[0] for f in fitting)
+        ties = [f for f in fitting if f[0] == low]
+        turn = self._turns.get(voice_id, 0)
+        self._turns[voice_id] = turn + 1
+        return ties[turn % len(ties)]
+
+    @staticmethod
+    def _route(voice_id: str, choice: tuple[int, int, int, str]) -> Route:
+        _, shard, partition, worker = choice
+        return Route(routing_key(voice_id, shard), shard, partition, worker)
+
+    def _slots(self, lane: str, worker: str) -> int:
+        status = self._status.get(worker)
+        return status.lane(lane).slots if status is not None else 1
+
+    def _preferences(self, voice_id: str, lane: str,
+                     owners: dict[int, str]) -> Iterable[tuple[int, int, str]]:
+        """The voice's workers in shard order, each once; extended lazily and remembered
+        until ownership changes."""
+        if len(self._walks) > MAX_REMEMBERED:  # a long-lived router meets many voices
+            self._walks.clear()
+            self._turns.clear()
+        walk = self._walks.setdefault((lane, voice_id), _Walk())
+        yield from list(walk.found)
+        every = set(owners.values())
+        # Enough shards to meet every owner (coupon collector: ~n ln n for n workers).
+        limit = min(MAX_SHARD, 64 + 16 * len(every))
+        while len(walk.seen) < len(every) and walk.next_shard <= limit:
+            shard = walk.next_shard
+            walk.next_shard += 1
+            partition = partition_for(routing_key(voice_id, shard), self.partitions)
+            worker = owners.get(partition)
+            if worker is None or worker in walk.seen:
+                continue
+            walk.seen.add(worker)
+            walk.found.append((shard, partition, worker))
+            yield shard, partition, worker
+
+    # -- this router's own requests ---------------------------------------------------------
+
+    def sent(self, request_id: str, route: Route, lane: RouteLane = "batch", *,
+             answer_follows: bool = True) -> None:
+        """Count a request just sent; `answer_follows=False` for a sender that will never
+        call done() (it is counted until the worker's next status includes it)."""
+        if route.worker is None:
+            return
+        if not answer_follows:
+            slot = (lane, route.worker)
+            self._recent[slot] = self._recent.get(slot, 0) + 1
+            return
+        self.done(request_id)  # a re-route replaces the first one
+        self._routed[request_id] = (lane, route.worker)
+        self._mine[(lane, route.worker)] = self._mine.get((lane, route.worker), 0) + 1
+
+    def done(self, request_id: str) -> None:
+        slot = self._routed.pop(request_id, None)
+        if slot is None:
+            return
+        left = self._mine.get(slot, 0) - 1
+        if left > 0:
+            self._mine[slot] = left
+        else:
+            self._mine.pop(slot, None)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._routed)

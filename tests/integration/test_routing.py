@@ -1,0 +1,167 @@
+"""Fleet routing on the real broker: workers' statuses, one voice over every worker, and a
+fleet that grows past its request lanes' partitions (`topics grow`) without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+from consumers.fleet.router import FleetRouter
+from consumers.fleet.sending import RoutedSender, fleet_router
+from consumers.fleet.view import FleetView
+from consumers.kafka import make_producer
+from consumers.settings import Settings
+from tests.integration.conftest import RunningWorker
+from tests.integration.workers import wait_for_answers
+from topics.admin import admin_client, create_topics, grow_request_lanes
+from topics.events import SynthesisRequest
+from topics.specs import ALL_TOPICS, REQUESTS, REQUESTS_INTERACTIVE, topic_names
+
+pytestmark = pytest.mark.integration
+
+FAST_ENGINE = {"VF_BENCH_BASE_MS": "60", "VF_BENCH_PER_ITEM_MS": "20"}
+
+
+def lines(voice: str, n: int) -> list[SynthesisRequest]:
+    tag = uuid.uuid4().hex[:6]
+    return [SynthesisRequest(request_id=f"route-{tag}-{i:04d}", voice_id=voice,
+                             text=f"Line {i} of one narrator.", language="en")
+            for i in range(n)]
+
+
+def fleet_settings(settings: Settings, i: int) -> Settings:
+    return settings.with_overrides(engine={"name": "bench"},
+                                   worker={"instance_id": f"{settings.kafka.topic_prefix}w{i}"},
+                                   routing={"fleet_interval_ms": 200})
+
+
+async def until(check: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+
+
+class Workers:
+    def __init__(self, settings: Settings, n: int) -> None:
+        self.running = [RunningWorker(fleet_settings(settings, i)) for i in range(n)]
+
+    async def __aenter__(self) -> Workers:
+        for w in self.running:
+            await w.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.gather(*(w.__aexit__() for w in self.running), return_exceptions=True)
+
+
+@pytest.fixture
+async def view(settings: Settings) -> AsyncIterator[FleetRouter]:
+    router = FleetRouter(partitions=REQUESTS.partitions)
+    async with FleetView(settings.kafka, topic_names(settings.kafka.topic_prefix).fleet,
+                         router):
+        yield router
+
+
+async def send_all(settings: Settings, requests: list[SynthesisRequest],
+                   balance: float) -> RoutedSender:
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    try:
+        router, view = await fleet_router(settings, producer)
+        assert router is not None and view is not None
+        try:
+            await until(lambda: len(router.workers("batch")) > 0, 20, "a worker in the view")
+            sender = RoutedSender(producer, topic_names(settings.kafka.topic_prefix).requests,
+                                  "batch", router, balance=balance)
+            acks = [(await sender.send(r))[1] for r in requests]
+            await asyncio.gather(*acks)
+            return sender
+        finally:
+            await view.stop()
+    finally:
+        await producer.stop()
+
+
+async def test_each_worker_states_its_partitions_and_leaves_with_a_tombstone(
+        settings: Settings, view: FleetRouter, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in FAST_ENGINE.items():
+        monkeypatch.setenv(k, v)
+    async with Workers(settings, 2):
+        await until(lambda: len(view.workers("batch")) == 2, 60, "both workers in the view")
+        await until(lambda: sum(len(view._status[w].lane("batch").partitions)
+                                for w in view.workers("batch")) == REQUESTS.partitions, 30,
+                    "every batch partition owned")
+        status = view._status[view.workers("interactive")[0]]
+        assert status.lane("batch").slots == 2 and status.lane("interactive").slots == 3
+        assert status.lane("interactive").partitions == status.lane("batch").partitions
+    await until(lambda: view.workers("batch") == [], 10, "tombstones read")
+
+
+async def test_one_voice_is_answered_by_every_worker(
+        settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in FAST_ENGINE.items():
+        monkeypatch.setenv(k, v)
+    job = lines(voice, 60)
+    async with Workers(settings, 3):
+        await asyncio.sleep(1.0)
+        sender = await send_all(settings, job, balance=1.05)
+        assert sender.router is not None
+        assert len(sender.router.workers("batch")) == 3
+        results = await wait_for_answers(settings, {r.request_id for r in job}, 90)
+    per_worker = Counter(r.worker for r in results if r.request_id.startswith("route-"))
+    assert len(per_worker) == 3, per_worker  # one voice, every worker
+    assert max(per_worker.values()) <= 1.05 * 60 / 3 + 1
+    assert {r.status for r in results} == {"succeeded"}
+
+
+async def test_more_workers_than_partitions_then_the_lanes_grow(
+        settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 workers on request lanes of 2 partitions: one holds nothing and says so; `topics
+    grow` to 6 gives every worker partitions at the next metadata refresh, and routed work
+    reaches all three."""
+    for k, v in FAST_ENGINE.items():
+        monkeypatch.setenv(k, v)
+    prefix = f"g{uuid.uuid4().hex[:8]}."
+    small = tuple(dataclasses.replace(s, partitions=2)
+                  if s.name in (REQUESTS.name, REQUESTS_INTERACTIVE.name) else s
+                  for s in ALL_TOPICS)
+    narrow = settings.with_overrides(kafka={"topic_prefix": prefix},
+                                     worker={"group_id": f"vf-synth-{prefix}"})
+    admin = admin_client(narrow.kafka.bootstrap)
+    await admin.start()
+    try:
+        await create_topics(admin, prefix=prefix, specs=small)
+        router = FleetRouter(partitions=2)
+        async with FleetView(narrow.kafka, topic_names(prefix).fleet, router), \
+                Workers(narrow, 3):
+            await until(lambda: len(router._status) == 3 and len(router.workers("batch")) == 2,
+                        60, "3 statuses, 2 owners")
+            first = lines(voice, 20)
+            await send_all(narrow, first, balance=1.05)
+            answered = await wait_for_answers(narrow, {r.request_id for r in first}, 60)
+            assert len({r.worker for r in answered}) == 2  # the third has no partition
+            assert await grow_request_lanes(admin, prefix=prefix, partitions=6) == [
+                prefix + REQUESTS.name, prefix + REQUESTS_INTERACTIVE.name]
+            await until(lambda: len(router.workers("batch")) == 3, 60,
+                        "the third worker owns a partition after the growth")
+            second = lines(voice, 45)
+            await send_all(narrow, second, balance=1.05)
+            answered = await wait_for_answers(narrow, {r.request_id for r in second}, 90)
+            assert len({r.worker for r in answered
+                        if r.request_id in {q.request_id for q in second}}) == 3
+        with pytest.raises(ValueError, match="cannot take partitions away"):
+            await grow_request_lanes(admin, prefix=prefix, partitions=4)
+    finally:
+        ours = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if ours:
+            await admin.delete_topics(ours)
+        await admin.close()

@@ -1,0 +1,219 @@
+"""FleetRouter: bounded-load routing over statuses, without Kafka."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consumers.fleet.router import FleetRouter, Route
+from topics.fleet import LaneLoad, WorkerStatus, parse_routing_key, routing_key
+from topics.partitioning import partition_for
+
+NOW_MS = 1_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def status(worker: str, partitions: list[int], *, slots: int = 2, load: int = 0,
+           at_ms: int = NOW_MS, interval_ms: int = 500, draining: bool = False) -> WorkerStatus:
+    lanes = {lane: LaneLoad(partitions=partitions, slots=slots, backlog=load)
+             for lane in ("batch", "interactive")}
+    return WorkerStatus(worker=worker, at_ms=at_ms, interval_ms=interval_ms, lanes=lanes,
+                        draining=draining)
+
+
+def fleet(workers: int, partitions: int, *, slots: int = 2, balance: float = 1.25,
+          clock: Clock | None = None) -> FleetRouter:
+    """`workers` members with the range assignor's contiguous share of `partitions`."""
+    router = FleetRouter(partitions=partitions, balance=balance, clock=clock or Clock(),
+                         wall_ms=lambda: NOW_MS)
+    per, extra = divmod(partitions, workers)
+    start = 0
+    for w in range(workers):
+        n = per + (1 if w < extra else 0)
+        router.apply(status(f"w{w}", list(range(start, start + n)), slots=slots))
+        start += n
+    return router
+
+
+def test_without_a_view_the_route_is_the_plain_voice_id() -> None:
+    router = FleetRouter(partitions=12)
+    assert router.route("narrator") == Route("narrator", 0, None, None)
+
+
+def test_an_idle_fleet_keeps_a_voice_on_its_shard_zero_owner() -> None:
+    router = fleet(4, 12)
+    route = router.route("narrator")
+    assert (route.key, route.shard) == ("narrator", 0)
+    assert route.partition == partition_for("narrator", 12)
+    # The same partition Kafka's default partitioner gives a producer keying by voice_id.
+    assert router.workers("batch")[route.partition // 3] == route.worker
+
+
+def test_a_hot_voice_spills_past_its_workers_share_and_comes_back() -> None:
+    router = fleet(4, 12, slots=2)
+    routes = []
+    for i in range(40):
+        route = router.route("narrator")
+        router.sent(f"r{i}", route)
+        routes.append(route)
+    per_worker = Counter(r.worker for r in routes)
+    assert len(per_worker) == 4  # one voice, every worker
+    assert max(per_worker.values()) <= 1.25 * 40 / 4
+    assert {parse_routing_key(r.key)[0] for r in routes} == {"narrator"}
+    for i in range(40):
+        router.done(f"r{i}")
+    assert router.route("narrator").shard == 0  # the load gone, the voice goes home
+
+
+def test_a_free_slot_keeps_the_voice_home_whatever_the_mean() -> None:
+    router = fleet(4, 12, slots=3)
+    first = router.route("narrator")
+    for i in range(3):
+        route = router.route("narrator")
+        assert route == first  # 3 slots: no queueing yet, no profile moved
+        router.sent(f"r{i}", route)
+    assert router.route("narrator").worker != first.worker
+
+
+def test_the_fleets_own_load_counts_from_each_status() -> None:
+    router = fleet(2, 4, slots=1)
+    home = router.route("narrator").worker
+    assert home is not None
+    other = next(w for w in router.workers("batch") if w != home)
+    router.apply(status(home, [0, 1] if home == "w0" else [2, 3], slots=1, load=50,
+                        at_ms=NOW_MS + 1))
+    assert router.load("batch", home) == 50
+    assert router.route("narrator").worker == other
+
+
+def test_a_silent_worker_leaves_the_view_after_three_intervals() -> None:
+    clock = Clock()
+    router = fleet(3, 12, clock=clock)
+    home = router.route("narrator").worker
+    clock.t = 1.4  # under 3 x 0.5 s: still there
+    assert router.alive(home) and router.route("narrator").worker == home
+    for w in router.workers("batch"):
+        if w != home:
+            router.apply(status(w, [p for p in range(12) if p // 4 == int(w[1])],
+                                at_ms=NOW_MS + 1600))
+    clock.t = 1.6
+    assert not router.alive(home)
+    moved = router.route("narrator")
+    assert moved.worker not in (home, None) and moved.shard > 0
+
+
+def test_draining_and_tombstoned_workers_get_nothing_new() -> None:
+    router = fleet(2, 4)
+    home = router.route("narrator").worker
+    assert home is not None
+    router.apply(status(home, [0, 1] if home == "w0" else [2, 3], draining=True,
+                        at_ms=NOW_MS + 1))
+    assert router.route("narrator").worker not in (home, None)
+    router.remove("w0")
+    router.remove("w1")
+    assert router.route("narrator").worker is None
+
+
+def test_avoid_skips_a_worker_and_stale_statuses_are_dropped() -> None:
+    router = fleet(3, 12)
+    home = router.route("narrator").worker
+    assert home is not None
+    assert router.route("narrator", avoid={home}).worker not in (home, None)
+    router.apply(status("ghost", [0], at_ms=NOW_MS - 10_000))  # long dead: ignored
+    assert "ghost" not in router.workers("batch")
+
+
+def test_a_request_routed_twice_counts_once() -> None:
+    router = fleet(2, 4)
+    a = router.route("v")
+    router.sent("r1", a)
+    router.sent("r1", router.route("v", avoid={a.worker or ""}))
+    assert router.outstanding == 1
+    router.done("r1")
+    assert router.outstanding == 0
+
+
+def test_a_sender_without_answers_is_counted_until_the_next_status() -> None:
+    router = fleet(2, 4, slots=1)
+    route = router.route("v")
+    assert route.worker is not None
+    for i in range(5):
+        router.sent(f"j{i}", route, answer_follows=False)
+    assert router.load("batch", route.worker) == 5 and router.outstanding == 0
+    router.apply(status(route.worker, [0, 1] if route.worker == "w0" else [2, 3], slots=1,
+                        load=3, at_ms=NOW_MS + 1))
+    assert router.load("batch", route.worker) == 3
+
+
+def test_balance_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="balance"):
+        FleetRouter(partitions=12, balance=0.9)
+
+
+def test_routing_keys_round_trip_and_reject_bad_shards() -> None:
+    assert routing_key("v", 0) == "v" and routing_key("v", 7) == "v#7"
+    assert parse_routing_key("v#7") == ("v", 7) and parse_routing_key("v") == ("v", 0)
+    with pytest.raises(ValueError):
+        routing_key("v", 10_000)
+    with pytest.raises(ValueError):
+        parse_routing_key("../x#1")
+
+
+# -- the bound: busiest worker <= max(slots, 1.25 x mean), for 1-256 workers -------------------
+
+def zipf_voices(count: int, voices: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    weights = [1 / (k + 1) ** 1.1 for k in range(voices)]
+    return [f"v{k}" for k in rng.choices(range(voices), weights=weights, k=count)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(workers=st.integers(1, 256), voices=st.integers(10, 100_000),
+       spread=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_busiest_worker_stays_within_the_bound(workers: int, voices: int, spread: int,
+                                               seed: int) -> None:
+    partitions = workers * spread  # a worker per partition at least, as a group needs
+    router = fleet(workers, partitions, slots=1)
+    count = max(50, workers * 8)
+    for i, voice in enumerate(zipf_voices(count, voices, seed)):
+        router.sent(f"r{i}", router.route(voice))
+    loads = [router.load("batch", w) for w in router.workers("batch")]
+    assert sum(loads) == count
+    mean = count / workers
+    assert max(loads) <= max(1, 1.25 * mean) + 1e-9, (max(loads), mean)
+
+
+def test_one_voice_over_256_workers_meets_every_worker() -> None:
+    router = fleet(256, 512, slots=1)
+    for i in range(256 * 4):
+        router.sent(f"r{i}", router.route("narrator"))
+    loads = [router.load("batch", w) for w in router.workers("batch")]
+    assert len(loads) == 256 and min(loads) >= 1 and max(loads) <= 1.25 * 4
+
+
+def test_a_voice_hot_on_several_workers_goes_to_the_least_loaded_of_them() -> None:
+    router = fleet(4, 12, slots=3)
+    for w in range(4):
+        router.apply(msgspec_replace(status(f"w{w}", list(range(3 * w, 3 * w + 3)), slots=3,
+                                            at_ms=NOW_MS + 1), hot=["narrator"]))
+    for i in range(40):
+        router.sent(f"r{i}", router.route("narrator", "interactive"), "interactive")
+    loads = [router.load("interactive", w) for w in router.workers("interactive")]
+    assert loads == [10, 10, 10, 10]  # no slot-floor pile-up on the voice's home
+
+
+def msgspec_replace(s: WorkerStatus, **changes: object) -> WorkerStatus:
+    import msgspec
+
+    return msgspec.structs.replace(s, **changes)
