@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 from aiokafka import ConsumerRecord, TopicPartition
 
+from consumers.kafka import assignors, make_consumer
 from consumers.metrics import WorkerMetrics
 from consumers.worker.batching import LANES, Lane, VoiceBatcher
 from consumers.worker.inflight import InFlightRequest
@@ -143,6 +144,20 @@ def with_lane_deadline(request: SynthesisRequest, lane: Lane, received: datetime
         return request
     deadline = (received + timedelta(seconds=default_s)).isoformat(timespec="milliseconds")
     return msgspec.structs.replace(request, deadline=deadline.replace("+00:00", "Z"))
+
+
+def group_consumer(settings: Any) -> Any:
+    """The worker's member of its group, subscribed later to both lanes (`settings` is a
+    Settings): manual commits, static membership when VF_INSTANCE_ID is set, and metadata
+    refreshed every 15 s so request lanes grown by `topics grow` are taken that soon."""
+    s = settings.worker
+    return make_consumer(
+        settings.kafka, group_id=s.group_id, enable_auto_commit=False,
+        auto_offset_reset="earliest", group_instance_id=s.instance_id or None,
+        session_timeout_ms=s.session_timeout_ms,
+        heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
+        max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor),
+        metadata_max_age_ms=15_000)
 
 
 def device_slots(worker: Any) -> dict[Lane, int]:

@@ -26,6 +26,7 @@
         -> Checkpoint.commit -> Checkpoint.forget
     control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
         cancelled request or job leave the batcher and are answered `cancelled` (steps 2-3)
+    fleet loop (fleet.py): this worker's partitions, load and hot voices -> tts.fleet
 
 A record's offset becomes committable only after its answer is acknowledged, and only once
 every earlier record of its partition is too. A crash before that redelivers the record; the
@@ -46,7 +47,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.health import HealthServer, Heartbeat
-from consumers.kafka import assignors, make_consumer, make_producer
+from consumers.kafka import make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings
 from consumers.worker import lanes
@@ -141,13 +142,7 @@ class SynthesisWorker(WorkerLifecycle):
             finally:
                 self._warming = False
             self.heartbeat.beat()
-        consumer = make_consumer(
-            self._settings.kafka, group_id=s.group_id, enable_auto_commit=False,
-            auto_offset_reset="earliest", group_instance_id=s.instance_id or None,
-            session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
-            max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor),
-            metadata_max_age_ms=15_000)  # grown request lanes are taken within 15 s
+        consumer = lanes.group_consumer(self._settings)
         producer = make_producer(self._settings.kafka, linger_ms=2)
         reader = ControlReader(  # not in the group: every worker reads every command
             consumer=make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False),
@@ -161,11 +156,11 @@ class SynthesisWorker(WorkerLifecycle):
                                   metrics=self.metrics),
             processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics,
             names=self._names, threads=self._threads, checker=self.cancels.checker)
-        fleet = StatusReporter(  # tts.fleet: what routers know of this worker (fleet.py)
-            worker_id=s.instance_id, producer=producer, consumer=consumer, names=self._names,
-            checkpoint=self.checkpoint, batcher=self.batcher, slots=lanes.device_slots(s),
-            interval_ms=self._settings.routing.fleet_interval_ms, hot=self._hot_voices,
-            draining=self._stopping.is_set)
+        fleet = StatusReporter(worker_id=s.instance_id, producer=producer, consumer=consumer,
+                               names=self._names, checkpoint=self.checkpoint,
+                               batcher=self.batcher, slots=lanes.device_slots(s),
+                               interval_ms=self._settings.routing.fleet_interval_ms,
+                               hot=self._hot_voices, draining=self._stopping.is_set)
         lanes.check_assignor(s.assignor)
         consumer.subscribe(lanes.lane_topics(self._names), listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,
