@@ -49,6 +49,7 @@ class LaneLoad(msgspec.Struct, omit_defaults=True, kw_only=True):
     """One lane of one worker: work waiting for it and the device slots it runs at once."""
 
     partitions: list[int] = msgspec.field(default_factory=list)
+    topic_partitions: int = 0  # the lane topic's partition count (it may have been grown)
     backlog: int = 0  # records on its partitions not yet fetched (high watermark - position)
     queued: int = 0  # fetched, waiting in the worker's queue or for a retry
     inflight: int = 0  # on the device now

@@ -62,6 +62,7 @@ class FleetRouter:
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         self.partitions = partitions
+        self._configured = partitions  # what the topic had when this router was made
         self.balance = balance
         self._clock = clock
         self._wall_ms = wall_ms
@@ -89,8 +90,10 @@ class FleetRouter:
         if status.stale_after_ms() < self._wall_ms():  # a dead worker's last word
             self.remove(status.worker)
             return
-        changed = held is None or any(held.lane(n).partitions != status.lane(n).partitions
-                                      for n in LANES) or held.draining != status.draining
+        changed = held is None or any(
+            (held.lane(n).partitions, held.lane(n).topic_partitions)
+            != (status.lane(n).partitions, status.lane(n).topic_partitions)
+            for n in LANES) or held.draining != status.draining
         self._status[status.worker] = status
         self._seen_at[status.worker] = self._clock()
         self._hot[status.worker] = frozenset(status.hot)
@@ -133,6 +136,9 @@ class FleetRouter:
         owners: dict[str, dict[int, str]] = {lane: {} for lane in LANES}
         live = sorted((s for s in self._status.values() if not s.draining),
                       key=lambda s: s.at_ms)
+        # The lanes may have been grown since this router started: the workers say so.
+        self.partitions = max([self._configured, *(s.lane(n).topic_partitions
+                                                   for s in live for n in LANES)])
         for status in live:
             for name in LANES:
                 for p in status.lane(name).partitions:

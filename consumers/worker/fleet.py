@@ -64,6 +64,10 @@ class StatusReporter:
             load.partitions.append(tp.partition)
             load.backlog += await self._unfetched(tp)
             taken[lane] += self._cp.inflight(tp)
+        for topic in (self._names.requests, self._names.requests_interactive):
+            known = self._consumer.partitions_for_topic(topic)
+            if known:
+                lanes[lane_of(topic, self._names)].topic_partitions = len(known)
         for name, load in lanes.items():
             load.queued = self._batcher.qsize(name)  # type: ignore[arg-type]
             load.inflight = max(0, taken[name] - load.queued)

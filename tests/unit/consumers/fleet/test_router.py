@@ -217,3 +217,14 @@ def msgspec_replace(s: WorkerStatus, **changes: object) -> WorkerStatus:
     import msgspec
 
     return msgspec.structs.replace(s, **changes)
+
+
+def test_grown_lanes_reported_by_the_workers_widen_the_router() -> None:
+    router = FleetRouter(partitions=12, wall_ms=lambda: NOW_MS)
+    for w in range(2):
+        grown = status(f"w{w}", list(range(12 * w, 12 * w + 12)))
+        for lane in grown.lanes.values():
+            lane.topic_partitions = 24
+        router.apply(grown)
+    route = router.route("narrator")
+    assert router.partitions == 24 and route.partition == partition_for("narrator", 24)
