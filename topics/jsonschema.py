@@ -1,10 +1,11 @@
-"""JSON Schema (draft 2020-12) for the v1 events, generated from the msgspec structs.
+"""JSON Schema (draft 2020-12) for the v1 records, generated from the msgspec structs.
 
-Flow: a struct of `topics.events` -> `msgspec.json.schema` -> its root definition inlined
-at the top with `$schema`, `$id` and the event's `schema` name as a constant -> the rules
-that msgspec types cannot express (ID charset and length, speed range, sample rates, the
-closed error-code set) added from `topics.validation` and `topics.errors` -> one file per
-event, `topics/schemas/<schema name>.json`, checked in. `python -m topics.jsonschema [DIR]`
+Flow: a struct of `topics.events` (or `topics.fleet.WorkerStatus`) -> `msgspec.json.schema`
+-> its root definition inlined at the top with `$schema`, `$id` and the record's `schema`
+name as a constant -> the rules that msgspec types cannot express (ID charset and length,
+speed range, sample rates, the closed error-code set, a cancel's single target) added from
+`topics.validation` and `topics.errors` -> one file per record,
+`topics/schemas/<schema name>.json`, checked in. `python -m topics.jsonschema [DIR]`
 rewrites them; a unit test fails when the checked-in files drift from the structs.
 
 The schemas describe what a producer may send; `topics.validation.decode_request` stays
@@ -25,17 +26,20 @@ import msgspec
 
 from topics.errors import ErrorCode
 from topics.events import (
+    CONTROL_SCHEMA,
     DLQ_SCHEMA,
     JOB_SCHEMA,
     REQUEST_SCHEMA,
     RESULT_SCHEMA,
     VOICE_SCHEMA,
+    ControlCommand,
     DeadLetter,
     JobCompleted,
     SynthesisRequest,
     SynthesisResult,
     VoiceRegistration,
 )
+from topics.fleet import FLEET_SCHEMA, MAX_HOT_VOICES, MAX_SHARD, STALE_INTERVALS, WorkerStatus
 from topics.validation import (
     MAX_METADATA_BYTES,
     MAX_TEXT_CHARS,
@@ -60,10 +64,15 @@ EVENTS: dict[str, type[msgspec.Struct]] = {
     RESULT_SCHEMA: SynthesisResult,
     JOB_SCHEMA: JobCompleted,
     DLQ_SCHEMA: DeadLetter,
+    CONTROL_SCHEMA: ControlCommand,
+    FLEET_SCHEMA: WorkerStatus,
 }
 
 _DESCRIPTIONS = {
-    REQUEST_SCHEMA: "A synthesis request on tts.requests, keyed by voice_id.",
+    REQUEST_SCHEMA: "A synthesis request on tts.requests or tts.requests.interactive. The "
+                    "record key is a routing key: the voice_id, or voice_id#<shard> (shard "
+                    f"1-{MAX_SHARD}) when a router spreads a busy voice over partitions; "
+                    "workers read the voice from this value, never from the key.",
     VOICE_SCHEMA: "A voice registration or update on the compacted tts.voices, keyed by "
                   "voice_id; a tombstone (null value) deletes the voice.",
     RESULT_SCHEMA: "The outcome of one request on tts.results, keyed by job.id, else "
@@ -72,9 +81,26 @@ _DESCRIPTIONS = {
                 "their timeline and subtitles.",
     DLQ_SCHEMA: "A message that could not be parsed or processed, on tts.dlq, keyed by the "
                 "original key: the original bytes, headers and the reason.",
+    CONTROL_SCHEMA: "A command on tts.control, keyed by the request_id or job_id it names: "
+                    "cancel one request, or every line of a job not yet answered. Exactly "
+                    "one of request_id and job_id is set; a command that breaks this is "
+                    "logged and skipped by its readers.",
+    FLEET_SCHEMA: "A worker's status on the compacted tts.fleet, keyed by its worker ID and "
+                  "rewritten every interval_ms: the partitions it owns in each request lane, "
+                  "the work waiting for it there and the voices whose profiles it holds. "
+                  f"Routers treat a status older than {STALE_INTERVALS} intervals as a worker "
+                  "gone; a tombstone (null value) says it stopped.",
 }
 
 _ID_DESCRIPTION = "characters [A-Za-z0-9._:-], no '..', not '.'"
+
+# Rules over several fields, added to the root of an event's schema.
+_ROOT_RULES: dict[str, dict[str, Any]] = {
+    # topics.control: a cancel names exactly one target (a null one counts as absent).
+    CONTROL_SCHEMA: {"oneOf": [
+        {"required": [target], "properties": {target: {"type": "string"}}}
+        for target in ("request_id", "job_id")]},
+}
 
 # (definition title, property) -> keywords added to the property (to its non-null branch
 # where the field is optional).
@@ -85,7 +111,8 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("SynthesisRequest", "voice_id"): {
         "minLength": 1, "maxLength": VOICE_ID_MAX, "pattern": ID_PATTERN,
-        "description": f"registered voice, also the Kafka key; {_ID_DESCRIPTION}",
+        "description": "registered voice; the record key is this ID, or this ID#<shard> "
+                       f"(a routing key); {_ID_DESCRIPTION}",
     },
     ("SynthesisRequest", "text"): {
         "minLength": 1,
@@ -167,6 +194,61 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("DeadLetter", "value_b64"): {
         "contentEncoding": "base64", "description": "the original value bytes",
     },
+    ("ControlCommand", "request_id"): {
+        "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,
+        "description": f"the request to cancel, also the record key; {_ID_DESCRIPTION}",
+    },
+    ("ControlCommand", "job_id"): {
+        "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,
+        "description": "the job whose unanswered lines to cancel, also the record key; "
+                       f"{_ID_DESCRIPTION}",
+    },
+    ("ControlCommand", "requested_at"): {"format": "date-time"},
+    ("ControlCommand", "reason"): {"description": "free text, for logs"},
+    ("WorkerStatus", "worker"): {
+        "minLength": 1, "description": "the worker's instance ID (VF_INSTANCE_ID), also the "
+                                       "record key",
+    },
+    ("WorkerStatus", "at_ms"): {
+        "minimum": 0, "description": "when the status was written, Unix epoch milliseconds",
+    },
+    ("WorkerStatus", "interval_ms"): {
+        "minimum": 1, "description": "the next status comes within this many milliseconds "
+                                     "(VF_FLEET_INTERVAL_MS)",
+    },
+    ("WorkerStatus", "lanes"): {
+        "description": "by lane name: batch (tts.requests), interactive "
+                       "(tts.requests.interactive)",
+    },
+    ("WorkerStatus", "hot"): {
+        "maxItems": MAX_HOT_VOICES,
+        "items": {"type": "string", "minLength": 1, "maxLength": VOICE_ID_MAX,
+                  "pattern": ID_PATTERN},
+        "description": "voices whose profiles the worker holds in memory",
+    },
+    ("WorkerStatus", "draining"): {
+        "description": "the worker is stopping (SIGTERM): route nothing new to it",
+    },
+    ("LaneLoad", "partitions"): {
+        "items": {"type": "integer", "minimum": 0},
+        "description": "the lane topic's partitions this worker owns",
+    },
+    ("LaneLoad", "topic_partitions"): {
+        "minimum": 0, "description": "the lane topic's partition count (0: not known yet)",
+    },
+    ("LaneLoad", "backlog"): {
+        "minimum": 0, "description": "records on those partitions not yet fetched",
+    },
+    ("LaneLoad", "queued"): {
+        "minimum": 0, "description": "fetched, waiting in the worker's queue or for a retry",
+    },
+    ("LaneLoad", "inflight"): {
+        "minimum": 0, "description": "taken and not answered yet: on the device or being "
+                                     "published",
+    },
+    ("LaneLoad", "slots"): {
+        "minimum": 1, "description": "device calls the lane may run at once",
+    },
 }
 
 
@@ -185,6 +267,7 @@ def event_schema(name: str) -> dict[str, Any]:
     root["properties"]["schema"]["const"] = name
     if name == REQUEST_SCHEMA:
         root["required"] = [f for f in root.get("required", []) if f != "schema"]
+    root.update(_ROOT_RULES.get(name, {}))
     out: dict[str, Any] = {
         "$schema": JSON_SCHEMA_DIALECT,
         "$id": f"urn:voicefactory:schema:{name}",
@@ -198,7 +281,7 @@ def event_schema(name: str) -> dict[str, Any]:
 
 
 def render_schemas() -> dict[str, str]:
-    """File name -> file content, for every event."""
+    """File name -> file content, for every event and the fleet status."""
     return {
         f"{name}.json": json.dumps(event_schema(name), indent=2, ensure_ascii=False) + "\n"
         for name in EVENTS
@@ -230,7 +313,7 @@ def _constrain(prop: dict[str, Any], keywords: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m topics.jsonschema",
-        description="Write the JSON Schema of every v1 event as <schema name>.json.")
+        description="Write the JSON Schema of every v1 record as <schema name>.json.")
     parser.add_argument("directory", nargs="?", type=Path, default=SCHEMA_DIR,
                         help=f"output folder (default: {SCHEMA_DIR})")
     args = parser.parse_args(argv)

@@ -15,6 +15,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from topics.control import decode_control
 from topics.errors import RETRYABLE_CODES, ErrorCode
 from topics.events import (
     DeadLetter,
@@ -24,6 +25,7 @@ from topics.events import (
     decode_voice,
     encode,
 )
+from topics.fleet import decode_status, parse_routing_key, routing_key
 from topics.jsonschema import (
     _CONSTRAINTS,
     EVENTS,
@@ -195,6 +197,10 @@ def test_contract_example_validates(name: str, body: str) -> None:
         decode_voice(raw)
     elif name == "tts.dlq.v1":
         msgspec.json.decode(raw, type=DeadLetter)
+    elif name == "tts.control.v1":
+        decode_control(raw)
+    elif name == "tts.fleet.v1":
+        decode_status(raw)
     else:
         msgspec.json.decode(raw, type=JobCompleted)
 
@@ -221,3 +227,21 @@ def test_asyncapi_messages_reference_the_schema_files() -> None:
         assert message["bindings"]["kafka"]["key"]["type"] == "string"
         names.add(message["name"])
     assert names == set(EVENTS)
+
+
+def request_key_pattern() -> re.Pattern[str]:
+    doc = yaml.safe_load(ASYNCAPI.read_text("utf-8"))
+    key = doc["components"]["messages"]["synthesisRequest"]["bindings"]["kafka"]["key"]
+    return re.compile(key["pattern"])
+
+
+@given(st.text(alphabet="aZ9._:-/#\n é", max_size=8), st.sampled_from([0, 1, 42, 9999]))
+def test_asyncapi_request_key_pattern_is_the_routing_key_rule(text: str, shard: int) -> None:
+    pattern = request_key_pattern()
+    if pattern.match(text):  # whatever the pattern admits is a key a router writes
+        assert routing_key(*parse_routing_key(text)) == text
+    try:
+        check_id("voice_id", text, 64)
+    except ValueError:
+        return
+    assert pattern.match(routing_key(text, shard))
