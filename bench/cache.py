@@ -10,6 +10,9 @@ ZipfSampler(1000, 1.1). Per policy, the trace is split into one sequence per wor
   `tts.requests` with the worker's assignor and settle; each voice goes to the consumer that
   owns its murmur2 partition (`topics.partitioning.partition_for`), as a producer keyed by
   voice_id sends it.
+- fleet-routed: what the gateway does now (consumers.fleet.FleetRouter at its default
+  balance, over the same group's partition owners), in `routing.fleet_routed`'s event
+  simulation of in-flight requests, with the workers' statuses every 0.5 s of it.
 - least_conn / round-robin: `routing.least_conn` (nginx's rule over an event simulation of
   in-flight requests) and `routing.round_robin`; these cannot go through keyed partitioning.
 
@@ -47,7 +50,7 @@ N_VOICES = 1000
 ZIPF_S = 1.1
 WORKERS = 4
 SIZES = (256, 64)
-POLICIES = ("voice_keyed", "least_conn", "round_robin")
+POLICIES = ("fleet_routed", "voice_keyed", "least_conn", "round_robin")
 
 
 async def kafka_owners(settings: Settings) -> dict[int, int]:
@@ -115,7 +118,9 @@ async def run(ctx: BenchContext) -> Outcome:
     compute_s = ctx.profile_compute_s or 0.0
     trace = zipf_voices(warm + measured, N_VOICES, ZIPF_S, seed=11)
     owners = await kafka_owners(ctx.base)
-    routes = {"voice_keyed": routing.voice_keyed(trace, owners, REQUESTS.partitions),
+    routes = {"fleet_routed": routing.fleet_routed(trace, owners, REQUESTS.partitions,
+                                                   seed=11),
+              "voice_keyed": routing.voice_keyed(trace, owners, REQUESTS.partitions),
               "least_conn": routing.least_conn(len(trace), WORKERS, seed=11),
               "round_robin": routing.round_robin(len(trace), WORKERS)}
     rows: list[dict[str, Any]] = []
@@ -148,11 +153,11 @@ async def run(ctx: BenchContext) -> Outcome:
 
 def plot(series: dict[str, Any], ax: Any) -> None:
     rows = series["rows"]
-    width = 0.25
+    width = 0.2
     for j, policy in enumerate(POLICIES):
         values = [next(r["hit_ratio"] for r in rows if r["policy"] == policy and
                        r["capacity"] == size) for size in SIZES]
-        xs = [i + (j - 1) * width for i in range(len(SIZES))]
+        xs = [i + (j - (len(POLICIES) - 1) / 2) * width for i in range(len(SIZES))]
         ax.bar(xs, values, width, label=policy.replace("_", " "))
         for x, v in zip(xs, values, strict=True):
             ax.text(x, v + 0.01, f"{v:.3f}", ha="center", fontsize=8)

@@ -61,3 +61,70 @@ def least_conn(count: int, workers: int, *, concurrency: int = 2, mean_service_s
             heapq.heappush(done, (now + rng.expovariate(1 / mean_service_s), pick))
         routes.append(pick)
     return routes
+
+
+def fleet_routed(voices: Sequence[str], owner_of: Mapping[int, int], partitions: int, *,
+                 concurrency: int = 2, mean_service_s: float = 1.0, utilisation: float = 0.8,
+                 seed: int = 0, hot_entries: int = 256, status_s: float = 0.5) -> list[int]:
+    """Worker index per request under fleet routing (consumers.fleet.FleetRouter, the
+    gateway's rule at its default balance) over the same event simulation as least_conn:
+    each worker's status (its partitions, requests in flight, the last `hot_entries` voices
+    it served) reaches the router every `status_s` of simulated time; the router counts
+    its own requests from send to finish, as the gateway does."""
+    from collections import OrderedDict, deque
+
+    from consumers.fleet.router import FleetRouter
+    from topics.fleet import LaneLoad, WorkerStatus
+
+    rng = random.Random(seed)  # noqa: S311 - a reproducible workload, not crypto
+    workers = sorted(set(owner_of.values()))
+    rate = utilisation * len(workers) * concurrency / mean_service_s
+    now = [0.0]
+    router = FleetRouter(partitions=partitions, clock=lambda: now[0],
+                         wall_ms=lambda: int(now[0] * 1000))
+    running = dict.fromkeys(workers, 0)
+    queues: dict[int, deque[tuple[int, str]]] = {w: deque() for w in workers}
+    hot: dict[int, OrderedDict[str, None]] = {w: OrderedDict() for w in workers}
+    done: list[tuple[float, int, int]] = []  # (finish time, worker, request index)
+    owned = {w: sorted(p for p, o in owner_of.items() if o == w) for w in workers}
+
+    def start(w: int, i: int, voice: str) -> None:
+        running[w] += 1
+        hot[w][voice] = None
+        hot[w].move_to_end(voice)
+        if len(hot[w]) > hot_entries:
+            hot[w].popitem(last=False)
+        heapq.heappush(done, (now[0] + rng.expovariate(1 / mean_service_s), w, i))
+
+    def publish() -> None:
+        for w in workers:
+            lane = LaneLoad(partitions=owned[w], slots=concurrency, inflight=running[w],
+                            queued=len(queues[w]))
+            router.apply(WorkerStatus(worker=str(w), at_ms=int(now[0] * 1000),
+                                      interval_ms=int(status_s * 1000), lanes={"batch": lane},
+                                      hot=list(reversed(hot[w]))))
+
+    next_status = 0.0
+    routes: list[int] = []
+    for i, voice in enumerate(voices):
+        arrival = now[0] + rng.expovariate(rate)
+        while done and done[0][0] <= arrival:
+            now[0], w, finished = heapq.heappop(done)
+            running[w] -= 1
+            router.done(f"r{finished}")
+            if queues[w]:
+                start(w, *queues[w].popleft())
+        now[0] = arrival
+        if now[0] >= next_status:
+            publish()
+            next_status = now[0] + status_s
+        route = router.route(voice)
+        w = int(route.worker) if route.worker is not None else owner_of[
+            partition_for(voice, partitions)]
+        router.sent(f"r{i}", route)
+        if running[w] < concurrency:
+            start(w, i, voice)
+        else:
+            queues[w].append((i, voice))
+        routes.append(w)
+    return routes

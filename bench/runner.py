@@ -73,6 +73,7 @@ REQUIRED = (
     "first_chunk_overhead_p99_ms",
     # issue 20: fleet routing (bench.route; the peers figures above, rerun under routing).
     "route_narrator_speedup", "route_narrator_max_builds_per_worker",
+    "cache_hit_ratio_fleet_routed",
     "route_brand_p99_over_idle", "route_brand_min_worker_share",
     "route_kill_first_chunk_p99_ms", "route_kill_lost", "route_kill_duplicates",
 )

@@ -54,7 +54,7 @@ class _Walk:
 
 
 class FleetRouter:
-    def __init__(self, *, partitions: int, balance: float = 1.25,
+    def __init__(self, *, partitions: int, balance: float = 1.25, home_queue: int = 1,
                  clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         if balance < 1.0:
@@ -64,6 +64,7 @@ class FleetRouter:
         self.partitions = partitions
         self._configured = partitions  # what the topic had when this router was made
         self.balance = balance
+        self.home_queue = home_queue
         self._clock = clock
         self._wall_ms = wall_ms
         self._status: dict[str, WorkerStatus] = {}
@@ -71,6 +72,8 @@ class FleetRouter:
         self._others: dict[tuple[str, str], int] = {}  # (lane, worker) -> load not ours
         self._mine: dict[tuple[str, str], int] = {}  # (lane, worker) -> ours outstanding
         self._routed: dict[str, tuple[str, str]] = {}  # request_id -> (lane, worker)
+        self._voice_of: dict[str, str] = {}  # request_id -> voice, for _voice_out
+        self._voice_out: dict[str, int] = {}  # voice -> this router's requests of it out
         # Sent by a sender that never hears the answers, since the worker's last status
         # (which counts them from then on): cleared by each status.
         self._recent: dict[tuple[str, str], int] = {}
@@ -168,23 +171,58 @@ class FleetRouter:
         total = sum(self.load(lane, w) for w in workers)
         fair = (balance or self.balance) * (total + 1) / len(workers)
 
-        def fits(worker: str, load: int) -> bool:
+        def spread(worker: str, load: int) -> bool:  # within its share: bounded loads
+            return load + 1 <= fair
+
+        def free(worker: str, load: int) -> bool:  # ... or a device slot free
             return load + 1 <= max(self._slots(lane, worker), fair)
 
+        def at_home(worker: str, load: int) -> bool:  # ... or up to home_queue waiting
+            return load + 1 <= max(self._slots(lane, worker) + self.home_queue, fair)
+
         hot = {w for w in workers if voice_id in self._hot.get(w, ())}
-        best = self._least_loaded(voice_id, lane, owners, hot, fits) if hot else None
-        if best is not None:  # already loaded there: no profile moves
-            return self._route(voice_id, best)
-        for shard, partition, worker in self._preferences(voice_id, lane, owners):
-            if worker in skip:
-                continue
-            load = self.load(lane, worker)
-            if fits(worker, load):
-                return Route(routing_key(voice_id, shard), shard, partition, worker)
-            if best is None or load < best[0]:
-                best = (load, shard, partition, worker)
-        assert best is not None, "a live worker was found, so the walk found one"
-        return self._route(voice_id, best)
+        walk = self._walk_fit(voice_id, lane, owners, skip)
+        steps: list[Callable[[], tuple[int, int, int, str] | None]]
+        if self._voice_out.get(voice_id, 0) > 0:
+            # A voice busy now (requests of it still out): spread it, where it is loaded
+            # already if that is within its share, else on its next worker in order.
+            steps = [lambda: self._least_loaded(voice_id, lane, owners, hot, spread),
+                     lambda: walk(spread),
+                     lambda: self._least_loaded(voice_id, lane, owners, hot, free)]
+        else:
+            # A voice not busy stays home while a slot is free or up to home_queue wait:
+            # moving it costs a profile build and pushes a voice out of another cache,
+            # which is what spreading rare voices costs most (docs/routing.md).
+            home = next((w for _, _, w in self._preferences(voice_id, lane, owners)
+                         if w not in skip), None)
+            steps = [lambda: self._least_loaded(voice_id, lane, owners,
+                                                {home} if home else set(), at_home)]
+        steps.append(lambda: walk(free))  # then any worker with a slot free or within share
+        for step in steps:
+            best = step()
+            if best is not None:
+                return self._route(voice_id, best)
+        return self._route(voice_id, self._least_of(voice_id, lane, owners, skip))
+
+    def _walk_fit(self, voice_id: str, lane: RouteLane, owners: dict[int, str],
+                  skip: set[str]) -> Callable[[Callable[[str, int], bool]],
+                                              tuple[int, int, int, str] | None]:
+        """The first worker in the voice's order that passes a test, as a function."""
+        def first(test: Callable[[str, int], bool]) -> tuple[int, int, int, str] | None:
+            for shard, partition, worker in self._preferences(voice_id, lane, owners):
+                load = self.load(lane, worker)
+                if worker not in skip and test(worker, load):
+                    return load, shard, partition, worker
+            return None
+        return first
+
+    def _least_of(self, voice_id: str, lane: RouteLane, owners: dict[int, str],
+                  skip: set[str]) -> tuple[int, int, int, str]:
+        """The least loaded worker of the voice's order (earliest on a tie): the bound
+        says one always fits, so this is only reached by rounding."""
+        found = [(self.load(lane, w), shard, p, w)
+                 for shard, p, w in self._preferences(voice_id, lane, owners) if w not in skip]
+        return min(found, key=lambda f: f[0])
 
     def _least_loaded(self, voice_id: str, lane: RouteLane, owners: dict[int, str],
                       among: set[str], fits: Callable[[str, int], bool],
@@ -257,12 +295,21 @@ class FleetRouter:
             return
         self.done(request_id)  # a re-route replaces the first one
         self._routed[request_id] = (lane, route.worker)
+        voice = route.key.rsplit("#", 1)[0] if route.shard else route.key
+        self._voice_of[request_id] = voice
+        self._voice_out[voice] = self._voice_out.get(voice, 0) + 1
         self._mine[(lane, route.worker)] = self._mine.get((lane, route.worker), 0) + 1
 
     def done(self, request_id: str) -> None:
         slot = self._routed.pop(request_id, None)
         if slot is None:
             return
+        voice = self._voice_of.pop(request_id)
+        out = self._voice_out.get(voice, 0) - 1
+        if out > 0:
+            self._voice_out[voice] = out
+        else:
+            self._voice_out.pop(voice, None)
         left = self._mine.get(slot, 0) - 1
         if left > 0:
             self._mine[slot] = left

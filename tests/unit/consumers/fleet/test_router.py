@@ -228,3 +228,21 @@ def test_grown_lanes_reported_by_the_workers_widen_the_router() -> None:
         router.apply(grown)
     route = router.route("narrator")
     assert router.partitions == 24 and route.partition == partition_for("narrator", 24)
+
+
+def test_a_quiet_voice_waits_home_rather_than_moving_and_a_busy_one_spreads() -> None:
+    router = fleet(2, 4, slots=2)
+    home = router.route("rare").worker
+    assert home is not None
+    # Home busy with other voices' work: 2 running + 1 waiting is allowed (home_queue 1).
+    for i in range(2):
+        router.sent(f"o{i}", Route(f"x{i}", 0, 0, home))
+    assert router.route("rare").worker == home
+    router.sent("o2", Route("x2", 0, 0, home))
+    assert router.route("rare").worker != home  # 3 there: the wait would cost more
+    # A voice with requests out goes where its share allows, building its profile there.
+    busy = fleet(2, 4, slots=2)
+    first = busy.route("busy")
+    busy.sent("b0", first)
+    second = busy.route("busy")  # within its share on the other worker: no wait at home
+    assert {first.worker, second.worker} == set(busy.workers("batch"))
