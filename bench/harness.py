@@ -31,6 +31,7 @@ from bench.readers import ResultLog
 from bench.stack import LocalStack
 from consumers.fleet.sending import RoutedSender, fleet_router
 from consumers.fleet.view import FleetView
+from consumers.gateway.failover import Failover
 from consumers.kafka import make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
@@ -239,6 +240,8 @@ class Load:
         self._routed = routed
         self._balance = balance
         self.sender: RoutedSender | None = None
+        self.failover: Failover | None = None  # follow_answers() turns it on
+        self._failover_task: asyncio.Task[None] | None = None
         self._view: FleetView | None = None
         self._producer: Any = None
         self.sent: dict[str, float] = {}  # request_id -> wall time of the send call
@@ -259,6 +262,10 @@ class Load:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.flush()
+        if self._failover_task is not None:
+            self._failover_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._failover_task
         if self._view is not None:
             await self._view.stop()
         await self._producer.stop()
@@ -266,12 +273,24 @@ class Load:
     def done(self, request_id: str) -> None:
         if self.sender is not None:
             self.sender.done([request_id])
+        if self.failover is not None:
+            self.failover.forget([request_id])
+
+    def follow_answers(self, answered: Callable[[str], bool]) -> None:
+        """The gateway's failover for a routed Load: a request whose worker left the fleet
+        view before it was `answered` is sent again elsewhere (consumers.gateway.failover)."""
+        assert self.sender is not None, "a routed Load"
+        self.failover = Failover(self.sender, chunks_of=lambda rid: int(answered(rid)),
+                                 after_s=self._settings.routing.failover_ms / 1000)
+        self._failover_task = asyncio.create_task(self.failover.run())
 
     async def send(self, request: SynthesisRequest) -> None:
         self.sent[request.request_id] = time.time()
         try:
             if self.sender is not None:
-                future = (await self.sender.send(request))[1]
+                route, future = await self.sender.send(request)
+                if self.failover is not None:
+                    self.failover.track(request, route, [])
             else:
                 future = await self._producer.send(self._topic, encode_event(request),
                                                    key=request.voice_id.encode())

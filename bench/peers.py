@@ -13,8 +13,9 @@ serve at one request a call.
   error/timeout/502/503 incl. POST, 3 tries) -> HttpLoad POSTs each request, one try.
 - VoiceFactory: 4 `voicefactory worker` processes, static members (VF_INSTANCE_ID each),
   max_inflight 2, max_batch 8 -> Load routes each request as the gateway does
-  (consumers.fleet: bounded loads over the workers' tts.fleet statuses, balance 1.25) ->
-  answers read from `tts.results`, each one ending its count in the router.
+  (consumers.fleet: bounded loads over the workers' tts.fleet statuses, balance 1.25, and
+  the gateway's failover: a request whose worker left the view unanswered is sent again)
+  -> answers read from `tts.results`, each one ending its count in the router.
 
 Per design: start, wait until ready -> warm-up (WARM_S at 50 % load) -> per load level:
 the next slice of the trace, paced for LEVEL_S, every answer awaited -> profile lookups
@@ -223,6 +224,7 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
                for i, port in enumerate(ports)]
     try:
         async with Load(s, routed=True) as load, ResultLog(s, on_answer=load.done) as results:
+            load.follow_answers(lambda rid: rid in results.first)  # as the gateway does
             await asyncio.gather(*(w.wait_log("assigned partitions", 300) for w in workers))
             meters = {"workers": [CpuMeter(w.pid) for w in workers]}
 
