@@ -6,21 +6,24 @@ until that worker is loaded past its share, then its overflow goes to the voice'
     route(voice, lane) -> the voice's preference list, walked lazily: shard 0, 1, 2, ...
         -> murmur2(routing key) -> partition -> its live owner, each worker once (a
         consistent-hash order of the workers, fixed per voice while ownership holds)
-        -> 1. among the workers whose status lists the voice as hot (profile in RAM): the
-              least loaded that fits under its cap (no profile moves; a voice already on
-              four workers is spread evenly over the four)
-           2. else the first worker in preference order that fits: its profile is built
-              (from the store) once there -> Route(key, partition, worker)
+        -> a voice with requests out now (busy: a hot narrator, a brand voice):
+              1. the least loaded of the workers holding its profile (their status lists it
+                 as hot) within its share, 2. else the next worker in its order within its
+                 share (a profile build there), 3. else a holder with a device slot free
+           a voice with none out (most voices, most of the time): its home (the first in
+              its order) while a slot is free or up to `home_queue` wait there
+           then the first worker in its order with a slot free or within its share
+           -> Route(key, partition, worker)
     sent(request_id, route) / done(request_id): this router's own outstanding requests per
         worker, counted at once, so a burst is spread before the next status arrives
 
-The cap is consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
-2018), with a floor: cap(w) = max(slots(w), balance * (total + 1) / workers). A worker with
-a free device slot always takes its voices (no queueing, no profile moved); past that a
-worker may hold `balance` times the mean before its voices spill. Since the least loaded
+"Its share" is consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
+2018): load + 1 <= balance * (total + 1) / workers; the floors (a free slot, `home_queue`)
+keep a voice where it is while that costs no more than a short wait. Since the least loaded
 worker is never over the mean, some worker always fits, so the busiest worker holds at
-most max(slots, balance x mean) requests. Without a view (no status yet, or none live) a
-route is the plain voice_id with no partition: Kafka's partitioner decides, as before.
+most max(slots + home_queue, balance x mean) requests. Without a view (no status yet, or
+none live) a route is the plain voice_id with no partition: Kafka's partitioner decides, as
+before.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class FleetRouter:
             raise ValueError(f"balance must be >= 1.0 (1.25 is the usual), got {balance}")
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
+        if home_queue < 0:
+            raise ValueError(f"VF_ROUTE_HOME_QUEUE must be >= 0, got {home_queue}")
         self.partitions = partitions
         self._configured = partitions  # what the topic had when this router was made
         self.balance = balance

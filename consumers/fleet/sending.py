@@ -68,7 +68,8 @@ async def fleet_router(settings: Settings,
         return None, None
     names = topic_names(settings.kafka.topic_prefix)
     partitions = await producer.partitions_for(names.requests)
-    router = FleetRouter(partitions=len(partitions), balance=settings.routing.balance)
+    router = FleetRouter(partitions=len(partitions), balance=settings.routing.balance,
+                         home_queue=settings.routing.home_queue)
     view = FleetView(settings.kafka, names.fleet, router)
     await view.start()
     return router, view
