@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,12 +114,18 @@ class HttpLoad:
             self.answers[rid] = Answer(time.time(), ERROR, type(exc).__name__)
 
     async def paced(self, requests: Sequence[SynthesisRequest], rate: float) -> None:
-        """Send at `rate` a second on an absolute schedule; returns when all are done."""
-        start = time.monotonic()
-        tasks = []
-        for i, request in enumerate(requests):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(self.one(request)))
-        await asyncio.gather(*tasks)
+        await open_loop(requests, rate, self.one)
+
+
+async def open_loop(requests: Sequence[SynthesisRequest], rate: float,
+                    one: Callable[[SynthesisRequest], Coroutine[Any, Any, None]]) -> None:
+    """`one(request)` for each, started at `rate` a second on an absolute schedule (a slow
+    answer never delays the next start); returns when all are done."""
+    start = time.monotonic()
+    tasks: list[asyncio.Task[None]] = []
+    for i, request in enumerate(requests):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(request)))
+    await asyncio.gather(*tasks)

@@ -34,7 +34,7 @@ from typing import Any
 from bench.harness import BenchContext, Load
 from bench.nginx import free_port
 from bench.outcome import Outcome, md_table
-from bench.peerload import profile_counts
+from bench.peerload import open_loop, profile_counts
 from bench.processes import WorkerProcess
 from bench.readers import ResultLog
 from bench.stats import percentile
@@ -148,13 +148,7 @@ class Callers:
             gw.router.unregister([rid])
 
     async def paced(self, requests: list[SynthesisRequest], rate: float) -> None:
-        start, tasks = time.monotonic(), []
-        for i, request in enumerate(requests):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(self.one(request)))
-        await asyncio.gather(*tasks)
+        await open_loop(requests, rate, self.one)
 
     def first_ms(self, ids: list[str]) -> list[float]:
         return [(self.first[r] - self.sent[r]) * 1000 for r in ids if r in self.first]
