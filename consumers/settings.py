@@ -180,9 +180,10 @@ class RoutingSettings:
     # since a job ends with its busiest worker (measured: docs/benchmarks.md, routing).
     balance: float = var("VF_ROUTE_BALANCE", 1.25)
     job_balance: float = var("VF_ROUTE_JOB_BALANCE", 1.05)
-    # A voice with no request out waits at home behind at most this many beyond the slots
-    # before moving (a move costs a profile build and a cache entry elsewhere).
-    home_queue: int = var("VF_ROUTE_HOME_QUEUE", 1)
+    # A voice with no request out may wait at home behind this many beyond the slots
+    # before moving (a move costs a profile build and a cache entry elsewhere). 0 measured
+    # best for callers' p99, 1 for fewer builds (docs/benchmarks.md, section 8).
+    home_queue: int = var("VF_ROUTE_HOME_QUEUE", 0)
     # A streamed request whose worker left the view before its first chunk is sent again
     # to another worker (same request_id) after at least this long; 0 turns it off.
     failover_ms: int = var("VF_ROUTE_FAILOVER_MS", 250)

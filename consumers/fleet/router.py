@@ -57,7 +57,7 @@ class _Walk:
 
 
 class FleetRouter:
-    def __init__(self, *, partitions: int, balance: float = 1.25, home_queue: int = 1,
+    def __init__(self, *, partitions: int, balance: float = 1.25, home_queue: int = 0,
                  clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         if balance < 1.0:

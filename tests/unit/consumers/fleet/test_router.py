@@ -232,6 +232,7 @@ def test_grown_lanes_reported_by_the_workers_widen_the_router() -> None:
 
 def test_a_quiet_voice_waits_home_rather_than_moving_and_a_busy_one_spreads() -> None:
     router = fleet(2, 4, slots=2)
+    router.home_queue = 1
     home = router.route("rare").worker
     assert home is not None
     # Home busy with other voices' work: 2 running + 1 waiting is allowed (home_queue 1).
