@@ -3,7 +3,7 @@
 up: install (cached) -> format KRaft storage once -> start Kafka and the S3 server as
 detached processes with pid files under `<state dir>/run/` -> wait until both answer ->
 create the DESIGN.md topics and the bucket. down: stop exactly the pids recorded (after
-checking the command line still is ours), wait, escalate to SIGKILL. Everything binds to
+checking the process still is ours), wait, escalate to SIGKILL. Everything binds to
 127.0.0.1. The state dir is `consumers.settings.state_dir()`: VF_STATE_DIR, else the `.vf/`
 of the checkout the command runs in, else the per-user state folder.
 
@@ -58,11 +58,17 @@ class Service:
         return state_dir() / self.name / f"{self.name}.log"
 
     def pid(self) -> int | None:
+        """The recorded process while it lives, else None (exited, a zombie, or the pid was
+        reused by another process)."""
         try:
-            pid = int(self.pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
+            fields = self.pid_file.read_text().split()
+            pid = int(fields[0])
+            started = int(fields[1]) if len(fields) > 1 else None
+        except (FileNotFoundError, ValueError, IndexError):
             return None
-        return pid if _cmdline_contains(pid, self.marker) else None
+        if started is None:  # a pid file written before start times were recorded
+            return pid if _cmdline_contains(pid, self.marker) else None
+        return pid if _alive_since(pid, started) else None
 
     def answering(self) -> bool:
         return port_open(self.port)
@@ -87,6 +93,26 @@ def _cmdline_contains(pid: int, marker: str) -> bool:
     except OSError:
         return False
     return marker.encode() in raw
+
+
+def _proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks since boot) from /proc/<pid>/stat."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: the fields after it follow the last ")".
+    rest = raw[raw.rindex(")") + 2:].split()
+    return rest[0], int(rest[19])  # fields 3 and 22
+
+
+def _alive_since(pid: int, started: int) -> bool:
+    """The process that started at `started` still runs. Not the command line: a JVM's
+    /proc/<pid>/cmdline reads empty for a moment while its launcher execs (seen here: 1 start
+    in 30), which once made `up` report a starting broker as exited; the start time holds
+    across exec and tells a reused pid apart."""
+    state = _proc_state(pid)
+    return state is not None and state[1] == started and state[0] not in ("Z", "X", "x")
 
 
 def up(out: TextIO = sys.stdout, timeout_s: float = 120.0) -> None:
@@ -123,7 +149,10 @@ def _spawn(service: Service, cmd: list[str], env: dict[str, str] | None = None) 
     with open(service.log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-    service.pid_file.write_text(f"{proc.pid}\n")
+    # The start time beside the pid: an identity that survives exec and tells a reused pid
+    # apart. A process gone already gets the pid alone, which pid() then finds not ours.
+    state = _proc_state(proc.pid)
+    service.pid_file.write_text(f"{proc.pid} {state[1]}\n" if state else f"{proc.pid}\n")
     return proc.pid
 
 
@@ -217,10 +246,10 @@ def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
             continue
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while _cmdline_contains(pid, service.marker) and time.monotonic() < deadline:
+        while service.pid() == pid and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.1)
-        if _cmdline_contains(pid, service.marker):
+        if service.pid() == pid:
             os.kill(pid, signal.SIGKILL)
             print(f"{service.name}: did not stop in {grace_s:.0f} s, killed", file=out)
         service.pid_file.unlink(missing_ok=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,44 @@ def test_a_pid_file_pointing_at_someone_else_is_not_ours(
     assert stack.KAFKA.pid() is None
     stack.KAFKA.pid_file.write_text("not a pid\n")
     assert stack.KAFKA.pid() is None
+
+
+def test_a_spawned_process_is_ours_by_start_time_even_while_its_cmdline_reads_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flaky `restart_broker` ("kafka exited during start-up" while the broker was
+    starting): a JVM's cmdline reads empty for a moment while its launcher execs. Ownership
+    and liveness come from the start time in the pid file, not from the command line."""
+    monkeypatch.setenv("VF_STATE_DIR", str(tmp_path))
+    service = stack.Service("sleeper", 1, "kafka.Kafka")  # the marker is not on its cmdline
+    pid = stack._spawn(service, ["sleep", "30"])
+    try:
+        recorded = service.pid_file.read_text().split()
+        assert recorded[0] == str(pid) and len(recorded) == 2
+        monkeypatch.setattr(stack, "_cmdline_contains", lambda *_: False)
+        assert service.pid() == pid
+        # The same pid with another start time is a reused pid: not ours.
+        service.pid_file.write_text(f"{pid} {int(recorded[1]) + 1}\n")
+        assert service.pid() is None
+        service.pid_file.write_text(f"{pid} {recorded[1]}\n")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    # Killed but not yet reaped: a zombie, which is not running.
+    deadline = time.monotonic() + 5
+    while (state := stack._proc_state(pid)) is not None and state[0] != "Z" \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert service.pid() is None
+    os.waitpid(pid, 0)
+    assert service.pid() is None
+
+
+def test_a_pid_file_of_the_old_format_falls_back_to_the_command_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_STATE_DIR", str(tmp_path))
+    stack.KAFKA.pid_file.parent.mkdir(parents=True)
+    stack.KAFKA.pid_file.write_text(f"{os.getpid()}\n")
+    monkeypatch.setattr(stack, "_cmdline_contains", lambda pid, marker: pid == os.getpid())
+    assert stack.KAFKA.pid() == os.getpid()
 
 
 def test_env_lines_are_exports_for_every_setting() -> None:
