@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 import msgspec
 from aiokafka import TopicPartition
 
 from consumers.fleet.router import FleetRouter
-from consumers.kafka import make_consumer
+from consumers.kafka import make_consumer, read_since
 from consumers.settings import KafkaSettings
 from topics.fleet import decode_status
 
@@ -57,14 +56,9 @@ class FleetView:
             return
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        deadline = time.monotonic() + self._catch_up_s
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            if time.monotonic() > deadline:
-                log.warning("fleet view not read to its end within %.0f s", self._catch_up_s)
-                break
-            await self.poll(timeout_ms=100)
+        if not await read_since(consumer, tps, 0, limit_s=self._catch_up_s,
+                                read=lambda: self.poll(timeout_ms=100)):
+            log.warning("fleet view not read to its end within %.0f s", self._catch_up_s)
         self.available = True
         self._task = asyncio.create_task(self._tail(), name="fleet-view")
 
