@@ -72,14 +72,17 @@ async def view(settings: Settings) -> AsyncIterator[FleetRouter]:
 
 
 async def send_all(settings: Settings, requests: list[SynthesisRequest],
-                   balance: float) -> RoutedSender:
+                   balance: float, workers: int = 1) -> RoutedSender:
+    """Route `requests` once the view shows `workers` workers owning batch partitions: the
+    group's joins settle in seconds on an idle machine and in tens on a loaded one."""
     producer = make_producer(settings.kafka)
     await producer.start()
     try:
         router, view = await fleet_router(settings, producer)
         assert router is not None and view is not None
         try:
-            await until(lambda: len(router.workers("batch")) > 0, 20, "a worker in the view")
+            await until(lambda: len(router.workers("batch")) >= workers, 60,
+                        f"{workers} workers owning partitions in the view")
             sender = RoutedSender(producer, topic_names(settings.kafka.topic_prefix).requests,
                                   "batch", router, balance=balance)
             acks = [(await sender.send(r))[1] for r in requests]
@@ -112,8 +115,7 @@ async def test_one_voice_is_answered_by_every_worker(
         monkeypatch.setenv(k, v)
     job = lines(voice, 60)
     async with Workers(settings, 3):
-        await asyncio.sleep(1.0)
-        sender = await send_all(settings, job, balance=1.05)
+        sender = await send_all(settings, job, balance=1.05, workers=3)
         assert sender.router is not None
         assert len(sender.router.workers("batch")) == 3
         results = await wait_for_answers(settings, {r.request_id for r in job}, 90)
