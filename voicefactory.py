@@ -202,16 +202,16 @@ def cmd_aggregator(args: argparse.Namespace) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    from consumers.clients.jobs import run_command
+    from consumers.clients.jobs import UnknownVoices, run_command
     from consumers.clients.scripts import ScriptError, load_script
 
     try:
         script = load_script(Path(args.script), concat=True if args.concat else None)
-    except ScriptError as exc:
+        return run_command(_settings(args), script, wait=args.wait, timeout_s=args.timeout,
+                           job_timeout_s=args.job_timeout)
+    except (ScriptError, UnknownVoices) as exc:  # the script is wrong: nothing was produced
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return run_command(_settings(args), script, wait=args.wait, timeout_s=args.timeout,
-                       job_timeout_s=args.job_timeout)
 
 
 def cmd_results(args: argparse.Namespace) -> int:

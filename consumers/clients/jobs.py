@@ -2,7 +2,9 @@
 
 Flow: SCRIPT (YAML or JSON) -> `consumers.clients.scripts.load_script` (every line checked by
 the worker's own request rules, so a bad line fails there with exit 2, before anything is
-produced) -> `put_manifest`:
+produced) -> `check_voices` (every voice the script names is registered, else exit 2 naming
+each unknown voice with its lines: a typo costs no round trip through the fleet) ->
+`put_manifest`:
 `jobs/{job_id}/script.json` in the store (the texts for the subtitles and the job's gap /
 concat options, read by the aggregator) -> requests routed (consumers.fleet: bounded
 loads over the fleet view, keys `voice_id` or `voice_id#shard`), each with
@@ -32,9 +34,9 @@ from consumers.fleet.sending import RoutedSender, routed
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
-from pipeline.keys import job_json_key, job_script_key
+from pipeline.keys import job_json_key, job_script_key, voice_json_key
 from pipeline.storage import ObjectStore
-from topics.errors import LocalError
+from topics.errors import ErrorCode, LocalError
 from topics.events import (
     JobCompleted,
     SynthesisResult,
@@ -47,6 +49,36 @@ from topics.specs import JOBS, RESULTS, topic_names
 
 class JobAlreadyFinished(LocalError):
     """The job ID's job.json exists: its event is out, a rerun needs a new job_id."""
+
+
+class UnknownVoices(LocalError):
+    """Voices the script names that are not registered, each with its (1-based) lines."""
+
+    default_code = ErrorCode.VOICE_NOT_FOUND
+
+    def __init__(self, missing: dict[str, list[int]]) -> None:
+        self.missing = missing
+        named = "; ".join(f"{voice!r} on line{'s' if len(lines) > 1 else ''} "
+                          f"{_line_list(lines)}" for voice, lines in missing.items())
+        super().__init__(f"{len(missing)} voice{'s are' if len(missing) > 1 else ' is'} not "
+                         f"registered: {named} (register with `voicefactory voices add`, or "
+                         "fix the script)")
+
+
+def _line_list(lines: list[int], most: int = 10) -> str:
+    shown = ", ".join(map(str, lines[:most]))
+    return shown if len(lines) <= most else f"{shown} and {len(lines) - most} more"
+
+
+def check_voices(store: ObjectStore, script: Script) -> None:
+    """Raise UnknownVoices unless every voice of the script has its voice.json in the store."""
+    lines_of: dict[str, list[int]] = {}
+    for number, request in enumerate(script.requests, start=1):
+        lines_of.setdefault(request.voice_id, []).append(number)
+    missing = {voice: lines for voice, lines in lines_of.items()
+               if store.stat(voice_json_key(voice)) is None}
+    if missing:
+        raise UnknownVoices(missing)
 
 
 # --- progress and summary -----------------------------------------------------------------
@@ -279,6 +311,7 @@ def run_command(settings: Settings, script: Script, *, wait: bool, timeout_s: fl
     """`job run` after the script parsed: 0 when every line succeeded (or, without --wait,
     when every request was produced), 1 otherwise."""
     store = make_store(settings.store)
+    check_voices(store, script)
     put_manifest(store, script)
     print(f"job {script.job_id}: script s3://{store.bucket}/{job_script_key(script.job_id)}",
           file=err)

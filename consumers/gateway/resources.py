@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from consumers.aggregator.state import decode_manifest
-from consumers.clients.jobs import JobAlreadyFinished, put_manifest
+from consumers.clients.jobs import JobAlreadyFinished, UnknownVoices, check_voices, put_manifest
 from consumers.clients.scripts import ScriptError, parse_script
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
@@ -131,6 +131,10 @@ async def create_job(request: Request) -> Response:
         script = parse_script(doc, source="body")
     except ScriptError as exc:
         return json_error(400, str(exc), "invalid_request")
+    try:
+        await asyncio.to_thread(check_voices, gw.store, script)
+    except UnknownVoices as exc:
+        return json_error(400, str(exc), "voice_not_found", param="lines", voices=exc.missing)
     try:
         await asyncio.to_thread(put_manifest, gw.store, script)
     except JobAlreadyFinished as exc:

@@ -325,6 +325,11 @@ async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings
         assert (status.json()["done"], status.json()["succeeded"]) == (1, 1)
         bad = await http.post("/v1/jobs", json={"job_id": "j", "lines": [{"voice": voice}]})
         assert bad.status_code == 400 and "text" in bad.json()["error"]["message"]
+        typo = await http.post("/v1/jobs", json={"job_id": "http-job-2", "lines": [
+            {"voice": voice, "text": "One."}, {"voice": voice + "-typo", "text": "Two."}]})
+        assert typo.status_code == 400 and typo.json()["error"]["code"] == "voice_not_found"
+        assert typo.json()["voices"] == {voice + "-typo": [2]}
+        assert (await http.get("/v1/jobs/http-job-2")).status_code == 404  # nothing stored
         assert (await http.get("/v1/jobs/nope")).status_code == 404
     assert await produced(gw_settings, REQUESTS.name, REQUESTS.partitions) == 2
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import orjson
 import pytest
 
 import voicefactory
@@ -122,3 +123,41 @@ def test_script_errors_and_finished_jobs_are_voicefactory_errors_with_their_mess
     assert voicefactory.main(["job", "run", str(path)]) == 1
     assert "error: job ep12 already finished (s3://vf/jobs/ep12/job.json); a job ID is used " \
            "once" in capsys.readouterr().err
+
+
+def test_unregistered_voices_exit_2_naming_each_with_its_lines_before_anything_is_stored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from consumers.clients import jobs
+
+    written: list[str] = []
+
+    class _Store:  # only the narrator is registered
+        bucket = "vf"
+
+        def stat(self, key: str) -> object:
+            return SimpleNamespace(key=key) if key == "voices/narrator/voice.json" else None
+
+        def put(self, key: str, data: bytes, content_type: str) -> None:
+            written.append(key)
+
+    monkeypatch.setattr(jobs, "make_store", lambda _store: _Store())
+    lines = [{"voice": "narrator", "text": "One."}, {"voice": "kidd", "text": "Two."},
+             {"voice": "narrator", "text": "Three."}, {"voice": "kidd", "text": "Four."},
+             {"voice": "villian", "text": "Five."}]
+    path = tmp_path / "ep.json"
+    path.write_bytes(orjson.dumps({"job_id": "ep13", "lines": lines}))
+    assert voicefactory.main(["job", "run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "2 voices are not registered: 'kidd' on lines 2, 4; 'villian' on line 5" in err
+    assert written == []  # no script.json, no request
+
+
+def test_a_long_list_of_lines_is_shortened() -> None:
+    from consumers.clients.jobs import UnknownVoices
+
+    message = str(UnknownVoices({"kid": list(range(1, 14))}))
+    assert "'kid' on lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 3 more" in message
+    assert message.startswith("1 voice is not registered")
