@@ -255,7 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker = common(sub.add_parser("worker", help="run a synthesis worker (group vf-synth)"))
     worker.add_argument("--engine", help="engine name (VF_ENGINE), default espeak")
     worker.add_argument("--max-inflight", type=int,
-                        help="concurrent engine calls (VF_MAX_INFLIGHT, default 2)")
+                        help="engine calls at once for either lane (VF_MAX_INFLIGHT, default "
+                             "2); the device runs these plus VF_INTERACTIVE_SLOTS "
+                             "interactive-only calls (default 1): size GPU memory for the "
+                             "sum, 3 by default")
     worker.add_argument("--max-batch", type=int,
                         help="most requests of one voice per engine call (VF_MAX_BATCH, default 8)")
     worker.add_argument("--instance-id",

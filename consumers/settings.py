@@ -7,7 +7,11 @@
 
 Each group is a small frozen dataclass; each of its fields names its environment variable
 explicitly (`var("VF_...", default)`), so a field can be renamed without renaming the
-variable DESIGN.md documents. A new group (say `gateway`) is one dataclass and one line in
+variable DESIGN.md documents. Every numeric field also names its range (`ge=1`, `le=65535`)
+and a few string fields their choices; a group checks them whenever it is made, from the
+environment, from CLI flags or in code, so a bad value stops the process at start with one
+line naming the variable (`VF_MAX_INFLIGHT must be >= 1 (got 0)`), which the CLI prints as
+`error: ...` and exits 1. A new group (say `gateway`) is one dataclass and one line in
 `Settings`. Secrets are `Secret`: printing or logging a settings object shows `********`;
 only `to_env()` and the client constructors reveal them. `state_dir()` says where local state
 (the dev stack, benchmark output, the demo's audio, faust's folder) lives.
@@ -15,6 +19,7 @@ only `to_env()` and the client constructors reveal them. `state_dir()` says wher
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from collections.abc import Mapping
@@ -51,15 +56,73 @@ class Secret:
         return hash(self._value)
 
 
-def var(env: str, default: Any = MISSING, *, factory: Any = MISSING) -> Any:
-    """A settings field read from the environment variable `env`."""
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric setting may take: `>= ge` (or `> gt`) and `<= le`, and for a
+    float a finite number; `hint` says what a special value means ("-1 disables")."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    hint: str = ""
+
+    def problem(self, value: float) -> str | None:
+        """Why `value` is out of range (the words after "VF_X must be"), else None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return "a finite number"
+        if ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
+                and (self.le is None or value <= self.le)):
+            return None
+        if self.ge is not None and self.le is not None:
+            return f"between {_num(self.ge)} and {_num(self.le)}"
+        parts = [f"{op} {_num(bound)}" for op, bound in
+                 ((">=", self.ge), (">", self.gt), ("<=", self.le)) if bound is not None]
+        return " and ".join(parts)
+
+
+def _num(bound: float) -> str:
+    return f"{bound:g}"
+
+
+def var(env: str, default: Any = MISSING, *, factory: Any = MISSING, ge: float | None = None,
+        gt: float | None = None, le: float | None = None, hint: str = "",
+        choices: tuple[str, ...] = ()) -> Any:
+    """A settings field read from the environment variable `env`; a numeric one names its
+    range (`ge`/`gt`/`le`), a string one may name its `choices`. Both are checked whenever a
+    settings group is made (`_Checked`), so a bad value fails at start naming `env`."""
+    bounds = Bounds(ge, gt, le, hint) if (ge, gt, le) != (None, None, None) else None
+    metadata = {"env": env, "bounds": bounds, "choices": choices}
     if factory is not MISSING:
-        return field(default_factory=factory, metadata={"env": env})
-    return field(default=default, metadata={"env": env})
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+class _Checked:
+    """Base of every settings group: each field's range or choices, checked on construction
+    (from the environment, from CLI flags through `with_overrides`, or in code)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            check_field(f, getattr(self, f.name))
+
+
+def check_field(f: Field[Any], value: object) -> None:
+    """ValueError naming the variable when `value` breaks `f`'s range or choices:
+    `VF_MAX_INFLIGHT must be >= 1 (got 0)`."""
+    env = f.metadata.get("env", f.name)
+    bounds: Bounds | None = f.metadata.get("bounds")
+    if bounds is not None and isinstance(value, int | float) and not isinstance(value, bool):
+        problem = bounds.problem(value)
+        if problem is not None:
+            hint = f"; {bounds.hint}" if bounds.hint else ""
+            raise ValueError(f"{env} must be {problem} (got {value!r}{hint})")
+    choices: tuple[str, ...] = f.metadata.get("choices", ())
+    if choices and value not in choices:
+        raise ValueError(f"{env} must be one of {', '.join(choices)} (got {value!r})")
 
 
 @dataclass(frozen=True)
-class KafkaSettings:
+class KafkaSettings(_Checked):
     bootstrap: str = var("VF_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     security_protocol: str = var("VF_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT")
     sasl_mechanism: str = var("VF_KAFKA_SASL_MECHANISM", "")
@@ -69,18 +132,19 @@ class KafkaSettings:
 
 
 @dataclass(frozen=True)
-class StoreSettings:
+class StoreSettings(_Checked):
     endpoint: str = var("VF_S3_ENDPOINT", "http://127.0.0.1:9000")
     access_key: str = var("VF_S3_ACCESS_KEY", "voicefactory")
     secret_key: Secret = var(  # noqa: RUF009 - var() is dataclasses.field plus the env name
         "VF_S3_SECRET_KEY", factory=lambda: Secret("voicefactory-secret"))
     bucket: str = var("VF_S3_BUCKET", "voicefactory")
     region: str = var("VF_S3_REGION", "us-east-1")
-    presign_seconds: int = var("VF_PRESIGN_SECONDS", 7 * 24 * 3600)
+    presign_seconds: int = var("VF_PRESIGN_SECONDS", 7 * 24 * 3600, ge=1, le=7 * 24 * 3600,
+                                hint="S3 presigned URLs last at most 7 days")
 
 
 @dataclass(frozen=True)
-class EngineSettings:
+class EngineSettings(_Checked):
     name: str = var("VF_ENGINE", "espeak")
     device: str = var("VF_DEVICE", "cpu")
     precision: str = var("VF_PRECISION", "fp32")
@@ -100,68 +164,73 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
-class WorkerSettings:
-    max_inflight: int = var("VF_MAX_INFLIGHT", 2)
-    max_batch: int = var("VF_MAX_BATCH", 8)
-    batch_wait_ms: int = var("VF_BATCH_WAIT_MS", 10)
-    queue_capacity: int = var("VF_QUEUE_CAPACITY", 64)
-    max_attempts: int = var("VF_MAX_ATTEMPTS", 3)
-    storage_retry_seconds: int = var("VF_STORAGE_RETRY_SECONDS", 300)
-    retry_max_delay_s: int = var("VF_RETRY_MAX_DELAY_S", 10)
-    drain_seconds: int = var("VF_DRAIN_SECONDS", 30)
-    revoke_grace_seconds: int = var("VF_REVOKE_GRACE_SECONDS", 10)
-    session_timeout_ms: int = var("VF_SESSION_TIMEOUT_MS", 30_000)
+class WorkerSettings(_Checked):
+    max_inflight: int = var("VF_MAX_INFLIGHT", 2, ge=1)
+    max_batch: int = var("VF_MAX_BATCH", 8, ge=1)
+    batch_wait_ms: int = var("VF_BATCH_WAIT_MS", 10, ge=0)
+    queue_capacity: int = var("VF_QUEUE_CAPACITY", 64, ge=1)
+    max_attempts: int = var("VF_MAX_ATTEMPTS", 3, ge=1)
+    storage_retry_seconds: int = var("VF_STORAGE_RETRY_SECONDS", 300, ge=0)
+    retry_max_delay_s: int = var("VF_RETRY_MAX_DELAY_S", 10, ge=0)
+    drain_seconds: int = var("VF_DRAIN_SECONDS", 30, ge=1)
+    revoke_grace_seconds: int = var("VF_REVOKE_GRACE_SECONDS", 10, ge=0)
+    session_timeout_ms: int = var("VF_SESSION_TIMEOUT_MS", 30_000, ge=1000)
     assignor: str = var("VF_ASSIGNOR", "range")  # measured: docs/benchmarks.md
     group_id: str = var("VF_GROUP_ID", "vf-synth")
     # The process's identity and its /healthz, /readyz, /metrics listener; the aggregator
     # shares these three (it is a differently named member of its own group).
     instance_id: str = var("VF_INSTANCE_ID", factory=socket.gethostname)
     metrics_host: str = var("VF_METRICS_HOST", "0.0.0.0")  # noqa: S104 - scraped from outside
-    metrics_port: int = var("VF_METRICS_PORT", 9108)
-    profile_cache_entries: int = var("VF_PROFILE_CACHE_ENTRIES", 256)  # docs/benchmarks.md
-    profile_cache_mb: int = var("VF_PROFILE_CACHE_MB", 512)
-    voice_ttl_seconds: int = var("VF_VOICE_TTL_SECONDS", 10)  # trust in a voice.json read
-    loudness_lufs: float = var("VF_LOUDNESS_LUFS", -16.0)  # every output is normalised to it
-    quality_checks: str = var("VF_QUALITY_CHECKS", "on")  # on|off: similarity + warnings
+    metrics_port: int = var("VF_METRICS_PORT", 9108, ge=-1, le=65535,
+                            hint="-1 disables, 0 takes a free port")
+    profile_cache_entries: int = var("VF_PROFILE_CACHE_ENTRIES", 256, ge=1)  # docs/benchmarks.md
+    profile_cache_mb: int = var("VF_PROFILE_CACHE_MB", 512, ge=1)
+    voice_ttl_seconds: int = var("VF_VOICE_TTL_SECONDS", 10, ge=0)  # trust in a voice.json read
+    # every output is normalised to it (BS.1770 gates below -70)
+    loudness_lufs: float = var("VF_LOUDNESS_LUFS", -16.0, ge=-70.0, le=0.0)
+    # on: a speaker-similarity score and quality warnings on each result; off: neither
+    quality_checks: str = var("VF_QUALITY_CHECKS", "on", choices=("on", "off"))
     # Lanes (docs/lanes.md): batch's least share of the turns both lanes want, and the
     # deadline an interactive request without one gets (seconds after it was produced; 0: none)
-    batch_min_share: float = var("VF_BATCH_MIN_SHARE", 0.1)
+    batch_min_share: float = var("VF_BATCH_MIN_SHARE", 0.1, ge=0.0, le=1.0)
     # device slots beyond VF_MAX_INFLIGHT that only interactive work may take (gate.py)
-    interactive_slots: int = var("VF_INTERACTIVE_SLOTS", 1)
-    interactive_deadline_s: float = var("VF_INTERACTIVE_DEADLINE_S", 0.0)
+    interactive_slots: int = var("VF_INTERACTIVE_SLOTS", 1, ge=0)
+    interactive_deadline_s: float = var("VF_INTERACTIVE_DEADLINE_S", 0.0, ge=0.0)
     # Cancels from tts.control: remembered this long (and replayed this far back at start)
-    cancel_ttl_s: int = var("VF_CANCEL_TTL_S", 86_400)
-    cancel_max_entries: int = var("VF_CANCEL_MAX_ENTRIES", 100_000)
+    cancel_ttl_s: int = var("VF_CANCEL_TTL_S", 86_400, ge=1)
+    cancel_max_entries: int = var("VF_CANCEL_MAX_ENTRIES", 100_000, ge=1)
 
 
 @dataclass(frozen=True)
-class AggregatorSettings:
-    job_gap_ms: int = var("VF_JOB_GAP_MS", 300)  # silence between clips (scripts may override)
-    job_timeout_seconds: int = var("VF_JOB_TIMEOUT_SECONDS", 600)  # then it closes as partial
-    port: int = var("VF_AGGREGATOR_PORT", 9109)  # /healthz, /readyz, /metrics; -1 disables
+class AggregatorSettings(_Checked):
+    job_gap_ms: int = var("VF_JOB_GAP_MS", 300, ge=0)  # silence between clips (scripts override)
+    job_timeout_seconds: int = var("VF_JOB_TIMEOUT_SECONDS", 600, ge=1)  # then it closes as partial
+    # /healthz, /readyz, /metrics; -1 disables
+    port: int = var("VF_AGGREGATOR_PORT", 9109, ge=-1, le=65535, hint="-1 disables")
     datadir: str = var("VF_AGGREGATOR_DATADIR", "")  # faust's folder; "": <state dir>/aggregator
-    replication_factor: int = var("VF_AGGREGATOR_REPLICATION_FACTOR", 1)  # changelog; 3 in prod
+    # of its changelog topic; 3 in prod
+    replication_factor: int = var("VF_AGGREGATOR_REPLICATION_FACTOR", 1, ge=1)
 
     def datadir_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.datadir) if self.datadir else state_dir(environ) / "aggregator"
 
 
 @dataclass(frozen=True)
-class GatewaySettings:
+class GatewaySettings(_Checked):
     """`voicefactory gateway` (docs/gateway.md): HTTP in front of the interactive lane."""
 
     host: str = var("VF_GATEWAY_HOST", "0.0.0.0")  # noqa: S104 - the Service reaches the pod
-    port: int = var("VF_GATEWAY_PORT", 8080)
+    port: int = var("VF_GATEWAY_PORT", 8080, ge=0, le=65535)
     keys_file: str = var("VF_GATEWAY_KEYS_FILE", "")  # "": <state dir>/gateway-keys
-    max_body_bytes: int = var("VF_GATEWAY_MAX_BODY_BYTES", 1024 * 1024)
-    max_upload_bytes: int = var("VF_GATEWAY_MAX_UPLOAD_BYTES", 20 * 1024 * 1024)
+    max_body_bytes: int = var("VF_GATEWAY_MAX_BODY_BYTES", 1024 * 1024, ge=1)
+    max_upload_bytes: int = var("VF_GATEWAY_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, ge=1)
     # `keys add` without --rate / --streams: requests a second and concurrent streams
-    default_rate: float = var("VF_GATEWAY_DEFAULT_RATE", 10.0)
-    default_streams: int = var("VF_GATEWAY_DEFAULT_STREAMS", 4)
+    default_rate: float = var("VF_GATEWAY_DEFAULT_RATE", 10.0, gt=0.0)
+    default_streams: int = var("VF_GATEWAY_DEFAULT_STREAMS", 4, ge=1)
     # vf-synth's lag on tts.requests.interactive above which speech gets 503 + Retry-After
-    lag_threshold: int = var("VF_GATEWAY_LAG_THRESHOLD", 200)
-    lag_interval_s: float = var("VF_GATEWAY_LAG_INTERVAL_S", 2.0)
-    timeout_s: float = var("VF_GATEWAY_TIMEOUT_S", 120.0)  # a speech request's whole answer
+    lag_threshold: int = var("VF_GATEWAY_LAG_THRESHOLD", 200, ge=0)
+    lag_interval_s: float = var("VF_GATEWAY_LAG_INTERVAL_S", 2.0, gt=0.0)
+    timeout_s: float = var("VF_GATEWAY_TIMEOUT_S", 120.0, gt=0.0)  # a speech request's whole answer
     group_id: str = var("VF_GATEWAY_GROUP_ID", "vf-gateway")  # reply partitions of tts.audio
 
     def keys_path(self, environ: Mapping[str, str] | None = None) -> Path:
@@ -169,30 +238,28 @@ class GatewaySettings:
 
 
 @dataclass(frozen=True)
-class RoutingSettings:
+class RoutingSettings(_Checked):
     """Fleet routing (docs/routing.md): workers' status on tts.fleet and how routers use it."""
 
     # fleet: bounded-load routing over the fleet view; voice: every record keyed by voice_id
-    mode: str = var("VF_ROUTING", "fleet")
-    fleet_interval_ms: int = var("VF_FLEET_INTERVAL_MS", 500)  # a worker's status period
+    mode: str = var("VF_ROUTING", "fleet", choices=("fleet", "voice"))
+    fleet_interval_ms: int = var("VF_FLEET_INTERVAL_MS", 500, ge=10)  # a worker's status period
     # How far past the mean load a voice's worker may go before its overflow moves on:
     # callers (gateway) keep profiles hot at 1.25; a script's lines are spread nearer even,
     # since a job ends with its busiest worker (measured: docs/benchmarks.md, routing).
-    balance: float = var("VF_ROUTE_BALANCE", 1.25)
-    job_balance: float = var("VF_ROUTE_JOB_BALANCE", 1.05)
+    balance: float = var("VF_ROUTE_BALANCE", 1.25, ge=1.0)
+    job_balance: float = var("VF_ROUTE_JOB_BALANCE", 1.05, ge=1.0)
     # A voice with no request out may wait at home behind this many beyond the slots
     # before moving (a move costs a profile build and a cache entry elsewhere). 0 measured
     # best for callers' p99, 1 for fewer builds (docs/benchmarks.md, section 8).
-    home_queue: int = var("VF_ROUTE_HOME_QUEUE", 0)
+    home_queue: int = var("VF_ROUTE_HOME_QUEUE", 0, ge=0)
     # A streamed request whose worker left the view before its first chunk is sent again
     # to another worker (same request_id) after at least this long; 0 turns it off.
-    failover_ms: int = var("VF_ROUTE_FAILOVER_MS", 250)
+    failover_ms: int = var("VF_ROUTE_FAILOVER_MS", 250, ge=0)
 
     @property
     def fleet(self) -> bool:
-        if self.mode not in ("fleet", "voice"):
-            raise ValueError(f"VF_ROUTING must be fleet or voice, got {self.mode!r}")
-        return self.mode == "fleet"
+        return self.mode == "fleet"  # `choices` made sure it is fleet or voice
 
 
 @dataclass(frozen=True)

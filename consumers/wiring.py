@@ -57,6 +57,7 @@ def build_worker(settings: Settings, *, load: bool = True,
     `engine_loaded: false` (and /healthz stays alive) while a large model loads."""
     from consumers.worker.gate import LaneGate
     from consumers.worker.loop import SynthesisWorker
+    from consumers.worker.shape import WorkerShape
     from pipeline.engines import create_engine
     from pipeline.profiles import ProfileCache
     from pipeline.speaker import SpeakerEncoder
@@ -64,12 +65,12 @@ def build_worker(settings: Settings, *, load: bool = True,
     from pipeline.voices import ProfileResolver
 
     w = settings.worker
-    gate = LaneGate(w.max_inflight, batch_share=w.batch_min_share,  # device slots, by lane
-                    interactive_slots=w.interactive_slots)
-    # One keep-alive connection for each thread that can talk to S3 at once: the 3 x
-    # max_inflight dispatchers (lanes.dispatcher_lanes), the profile store and a spare
-    # (docs/benchmarks.md, capacity).
-    store = make_store(settings.store, pool_size=max(DEFAULT_POOL_SIZE, 3 * w.max_inflight + 2))
+    shape = WorkerShape.of(w)  # dispatchers, device slots, threads: shape.py
+    gate = LaneGate.for_shape(shape, batch_share=w.batch_min_share)  # device slots, by lane
+    # One keep-alive connection for each thread that can talk to S3 at once (docs/benchmarks.md,
+    # capacity).
+    store = make_store(settings.store,
+                       pool_size=max(DEFAULT_POOL_SIZE, shape.store_connections))
     engine = create_engine(settings.engine.name, settings.engine.options())
     metrics = WorkerMetrics()
     encoder = SpeakerEncoder(device="cuda" if settings.engine.device.startswith("cuda")
@@ -92,7 +93,7 @@ def build_worker(settings: Settings, *, load: bool = True,
                                  worker=w.instance_id,
                                  presign_seconds=settings.store.presign_seconds,
                                  loudness_lufs=w.loudness_lufs,
-                                 device_slots=w.max_inflight,
+                                 device_slots=shape.batch_slots,  # unused beside the gate
                                  device_gate=gate,
                                  quality_encoder=encoder if w.quality_checks == "on" else None,
                                  on_oom_split=metrics.on_oom_retry)

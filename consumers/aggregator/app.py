@@ -22,11 +22,17 @@ sweep sets the open-job and marker gauges while it walks the table anyway.
 
 Timer writes need a partition without a current event, so the table uses the producer's
 partitioner: murmur2 of the job ID, which is the same partition that job's results have.
+
+Start-up and shutdown: faust's worker starts and stops the app (consumer, table, agent,
+timer, pages). The only clients this object starts are the emitter's, on the first close;
+their stops go on one exit stack (consumers/startup.py), so a failed start stops what had
+started and `_on_shutdown` stops the rest in reverse.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -36,6 +42,7 @@ import faust
 from faust.types import TP
 from faust.web import Request, Response, View
 
+from consumers import startup
 from consumers.aggregator.emit import JobEmitter
 from consumers.aggregator.metrics import AggregatorMetrics
 from consumers.aggregator.state import (
@@ -123,6 +130,9 @@ class JobAggregator:
                                     help="open jobs and emitted markers, by job ID")
         self._lock = asyncio.Lock()
         self._emitter: JobEmitter | None = None
+        # What this object started itself (faust starts and stops the app): the emitter's
+        # clients, stopped in reverse at shutdown (consumers/startup.py).
+        self._parts = contextlib.AsyncExitStack()
         self._owned_since = time.time()
         self.emitted = 0  # events produced by this process (tests and logs)
         self.app.agent(self.results, name="aggregate")(self._aggregate)
@@ -216,11 +226,18 @@ class JobAggregator:
         return decode_state(raw) if raw else None
 
     async def _ensure_emitter(self) -> JobEmitter:
+        """The emitter, started on first use. Its stop goes on an exit stack before it
+        starts: one whose start fails halfway (tts.jobs missing, a broker refusing) is
+        stopped at once, not one producer leaked per retrying tick; a started one joins
+        `_parts`, which `_on_shutdown` unwinds."""
         if self._emitter is None:
             emitter = JobEmitter(settings=self.settings, store=self._store,
                                  producer=make_producer(self.settings.kafka),
                                  jobs_topic=self._jobs_topic)
-            await emitter.start()
+            async with contextlib.AsyncExitStack() as stack:
+                await startup.start_part(stack, "job emitter", emitter.start, emitter.stop,
+                                         logger=log)
+                self._parts.push_async_callback(stack.pop_all().aclose)
             self._emitter = emitter
         return self._emitter
 
@@ -236,10 +253,10 @@ class JobAggregator:
 
     async def _on_shutdown(self, app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
         log.info("stopping: %d job events produced by this process", self.emitted)
-        async with self._lock:
-            if self._emitter is not None:
-                await self._emitter.stop()
-                self._emitter = None
+        async with self._lock:  # no emit runs meanwhile
+            parts, self._parts = self._parts, contextlib.AsyncExitStack()
+            self._emitter = None
+            await parts.aclose()
 
     def _add_pages(self) -> None:
         aggregator = self

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 from aiokafka import TopicPartition
 
+from consumers import startup
 from consumers.fleet.router import FleetRouter
 from consumers.kafka import make_consumer, read_since
 from consumers.settings import KafkaSettings
@@ -60,7 +61,8 @@ class FleetView:
                                 read=lambda: self.poll(timeout_ms=100)):
             log.warning("fleet view not read to its end within %.0f s", self._catch_up_s)
         self.available = True
-        self._task = asyncio.create_task(self._tail(), name="fleet-view")
+        self._task = startup.watch(asyncio.create_task(self._tail(), name="fleet-view"),
+                                   logger=log, what="fleet view tail")
 
     async def stop(self) -> None:
         if self._task is not None:

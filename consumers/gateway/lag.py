@@ -19,6 +19,8 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from consumers import startup
+
 log = logging.getLogger(__name__)
 
 
@@ -37,7 +39,8 @@ class LagSampler:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="gateway-lag")
+        self._task = startup.watch(asyncio.create_task(self._run(), name="gateway-lag"),
+                                   logger=log, what="interactive lag sampler")
 
     async def stop(self) -> None:
         if self._task is not None:

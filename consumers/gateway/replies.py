@@ -32,6 +32,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from consumers import startup
 from consumers.kafka import make_consumer
 from consumers.settings import KafkaSettings
 from topics.chunks import AudioChunk, InvalidChunk, read_chunk
@@ -74,7 +75,8 @@ class ReplyRouter:
             fetch_max_wait_ms=20)  # a chunk waits at most 20 ms in the broker for company
         self._consumer.subscribe([self._topic], listener=_Listener(self))
         await self._consumer.start()
-        self._task = asyncio.create_task(self._run(), name="gateway-replies")
+        self._task = startup.watch(asyncio.create_task(self._run(), name="gateway-replies"),
+                                   logger=log, what="reply fetch loop")
 
     async def stop(self) -> None:
         for task in [*self._drains, *([self._task] if self._task else [])]:
@@ -176,7 +178,8 @@ class ReplyRouter:
             with contextlib.suppress(Exception):
                 starts[tp] = await self._consumer.position(tp)
         log.info("reply partitions %s revoked with requests waiting: draining them", sorted(busy))
-        task = asyncio.create_task(self._drain(starts))
+        task = startup.watch(asyncio.create_task(self._drain(starts)), logger=log,
+                             what=f"drain of revoked reply partitions {sorted(busy)}")
         self._drains.add(task)
         task.add_done_callback(self._drains.discard)
 

@@ -1,9 +1,11 @@
 """One gateway replica's long-lived parts, started and stopped with the app's lifespan.
 
-`Gateway.start()`: the producer (requests, cancels, voice events), the `ReplyRouter` (this
-replica's partitions of tts.audio), the fleet router and its view (consumers.fleet: where
-each request goes, one sender per lane) with the `Failover` loop, the admin client and the
-`LagSampler`; the keys file is read at construction. Routes reach it as
+`Gateway.start()`, in this order: the producer (requests, cancels, voice events), the
+`ReplyRouter` (this replica's partitions of tts.audio), the admin client and the
+`LagSampler`, the fleet router and its view (consumers.fleet: where each request goes, one
+sender per lane) with the `Failover` loop; the keys file is read at construction. Each
+part's stop goes on one exit stack as it starts (consumers/startup.py), so a failed start
+stops what had started and `stop()` stops everything in the reverse order. Routes reach it as
 `request.app.state.gateway`. `produce` routes and sends; `finished` tells the router a
 request's answer ended.
 """
@@ -18,6 +20,7 @@ import time
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from consumers import startup
 from consumers.fleet.sending import RoutedSender, fleet_router
 from consumers.fleet.view import FleetView
 from consumers.gateway.failover import Failover
@@ -66,22 +69,36 @@ class Gateway:
         self.senders: dict[str, RoutedSender] = {}  # topic -> its lane's sender
         self.failover: Failover | None = None
         self._failover_task: asyncio.Task[None] | None = None
+        self._parts = contextlib.AsyncExitStack()  # what start() started, for stop()
 
     async def start(self) -> None:
-        self.producer = make_producer(self.settings.kafka, linger_ms=0)
-        await self.producer.start()
-        await self.router.start()
-        await self._start_routing(self.producer)
-        kafka = self.settings.kafka
-        self._admin = admin_client(kafka.bootstrap, **security_kwargs(kafka))
-        await self._admin.start()
-        self.lag.start()
+        """Start the parts in order, each one's stop put on one exit stack as it starts
+        (consumers/startup.py): producer, reply router, admin client, lag sampler, fleet
+        view, failover loop. A step that fails stops what had started, last first, and the
+        error goes on to the app's lifespan (uvicorn then exits); stop() unwinds the stack."""
+        async with contextlib.AsyncExitStack() as stack:
+            self.producer = make_producer(self.settings.kafka, linger_ms=0)
+            await startup.start_part(stack, "producer", self.producer.start,
+                                     self._stop_producer, logger=log)
+            await startup.start_part(stack, "reply router", self.router.start,
+                                     self.router.stop, logger=log)
+            kafka = self.settings.kafka
+            admin = self._admin = admin_client(kafka.bootstrap, **security_kwargs(kafka))
+            await startup.start_part(stack, "admin client", admin.start, self._close_admin,
+                                     logger=log)
+            startup.push_stop(stack, "lag sampler", self.lag.stop, logger=log)
+            self.lag.start()
+            await self._start_routing(stack, self.producer)
+            self._parts = stack.pop_all()  # the whole start-up worked: stop() unwinds it
         log.info("gateway started: %d key(s), reply group %s", len(self.keys),
                  self.settings.gateway.group_id)
 
-    async def _start_routing(self, producer: AIOKafkaProducer) -> None:
+    async def _start_routing(self, stack: contextlib.AsyncExitStack,
+                             producer: AIOKafkaProducer) -> None:
         routing = self.settings.routing
         routes, self.fleet = await fleet_router(self.settings, producer)
+        if self.fleet is not None:
+            startup.push_stop(stack, "fleet view", self._stop_fleet, logger=log)
         interactive = RoutedSender(producer, self.names.requests_interactive, "interactive",
                                    routes)
         # Jobs' answers go to tts.results, which the gateway does not read: counted by the
@@ -95,22 +112,32 @@ class Gateway:
             self.failover = Failover(interactive, chunks_of=self.router.chunks_of,
                                      after_s=routing.failover_ms / 1000,
                                      on_failover=self.metrics.on_failover)
-            self._failover_task = asyncio.create_task(self.failover.run(), name="failover")
+            startup.push_stop(stack, "failover loop", self._stop_failover, logger=log)
+            self._failover_task = startup.watch(
+                asyncio.create_task(self.failover.run(), name="failover"), logger=log,
+                what="gateway failover loop")
 
     async def stop(self) -> None:
-        if self._failover_task is not None:
-            self._failover_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._failover_task
-            self._failover_task = None
-        if self.fleet is not None:
-            await self.fleet.stop()
-            self.fleet = None
-        await self.lag.stop()
+        """Stop what start() started, in reverse: failover loop, fleet view, lag sampler,
+        admin client, reply router, producer. A second call finds nothing to stop."""
+        parts, self._parts = self._parts, contextlib.AsyncExitStack()
+        await parts.aclose()
+
+    async def _stop_failover(self) -> None:
+        task, self._failover_task = self._failover_task, None
+        await startup.cancel_and_wait(task)
+
+    async def _stop_fleet(self) -> None:
+        fleet, self.fleet = self.fleet, None
+        if fleet is not None:
+            await fleet.stop()
+
+    async def _close_admin(self) -> None:
         if self._admin is not None:
             await self._admin.close()
             self._admin = None
-        await self.router.stop()
+
+    async def _stop_producer(self) -> None:
         if self.producer is not None:
             await self.producer.stop()
             self.producer = None

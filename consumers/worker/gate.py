@@ -16,10 +16,14 @@ batch-lane batch, and the caller would queue for a slot twice (measured: ~2x the
 a backlog).
 
 Why a gate as well as the batcher's order: twice max_inflight dispatchers take batches so the
-engine stays busy while finished outputs are stored, so when an interactive request comes,
-up to max_inflight batch-lane batches may already be taken and waiting for a slot. A plain
-semaphore would let them all in first; this gate lets the interactive batch in at the next
-free slot.
+engine stays busy while finished outputs are stored (shape.py), so when an interactive
+request comes, up to max_inflight batch-lane batches may already be taken and waiting for a
+slot. A plain semaphore would let them all in first; this gate lets the interactive batch in
+at the next free slot.
+
+Slot counts come from the worker's shape (shape.WorkerShape, LaneGate.for_shape): max_inflight
+shared slots plus interactive_slots reserved ones, so the device runs up to
+`shape.device_calls` (3 by default) engine calls at once.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from consumers.worker.batching import LANES, Lane, ShareRule
+from consumers.worker.shape import WorkerShape
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -51,7 +56,7 @@ class LaneGate:
     preempted): an interactive batch takes a reserved slot when one is free, else a shared
     one, first in line; batch work never takes a reserved slot, so the reserve costs batch
     throughput nothing. It lets the device run up to slots + interactive_slots batches at
-    once while callers are served (one request each, usually).
+    once (`capacity`) while callers are served (one request each, usually).
     """
 
     def __init__(self, slots: int, *, batch_share: float, interactive_slots: int = 0) -> None:
@@ -68,6 +73,13 @@ class LaneGate:
         self._chosen: tuple[object, bool] | None = None
         # thread ident -> [entries, from the reserve] (re-entrant per thread)
         self._held: dict[int, list[int]] = {}
+        self.capacity = slots + interactive_slots  # device calls at once, both kinds
+
+    @classmethod
+    def for_shape(cls, shape: WorkerShape, *, batch_share: float) -> LaneGate:
+        """The gate of a worker of this shape: its shared slots and its reserve."""
+        return cls(shape.batch_slots, batch_share=batch_share,
+                   interactive_slots=shape.interactive_reserve)
 
     def __enter__(self) -> LaneGate:
         lane, token, me = LANE.get(), object(), threading.get_ident()

@@ -65,20 +65,6 @@ def lane_of(topic: str, names: TopicNames) -> Lane:
     return "interactive" if topic == names.requests_interactive else "batch"
 
 
-def dispatcher_lanes(max_inflight: int) -> list[Lane | None]:
-    """The worker's dispatch tasks, by the lane each takes work from (None: both, in order).
-
-    Twice max_inflight take from both lanes: the processor lets max_inflight of them into the
-    engine at once, the others store finished outputs meanwhile (measured: batching gain and
-    capacity, docs/benchmarks.md). So under a backlog every one of them may be holding a
-    batch-lane batch; max_inflight more take interactive work only, so a caller's request is
-    taken at once and waits only for the next free device slot (gate.py), not for a
-    dispatcher.
-    """
-    both: list[Lane | None] = [None] * (2 * max_inflight)
-    return both + ["interactive"] * max_inflight
-
-
 def paused_partitions(assignment: Iterable[TopicPartition], names: TopicNames, *,
                       interactive_queued: int, batch_queued: int, capacity: int,
                       batch_floor: int) -> set[TopicPartition]:
@@ -158,13 +144,6 @@ def group_consumer(settings: Any) -> Any:
         heartbeat_interval_ms=min(3000, s.session_timeout_ms // 3),
         max_poll_interval_ms=600_000, partition_assignment_strategy=assignors(s.assignor),
         metadata_max_age_ms=15_000)
-
-
-def device_slots(worker: Any) -> dict[Lane, int]:
-    """Device calls each lane may run at once (gate.LaneGate): batch its max_inflight,
-    interactive those plus the slots only it may take. `worker` is a WorkerSettings."""
-    return {"batch": worker.max_inflight,
-            "interactive": worker.max_inflight + worker.interactive_slots}
 
 
 def check_assignor(name: str) -> bool:

@@ -8,9 +8,10 @@
     VoiceBatcher (batching.py: interactive first; per-lane pauses: lanes.py)  │
         │ same-voice batches                                                  │
         v                                                                     │
-    2 x max_inflight dispatch tasks, + max_inflight for interactive work      │
+    dispatch tasks (shape.py: 2 x max_inflight, + max_inflight interactive)   │
         (here) -> processor.process_batch in threads (gate.py: device slots   │
-        by lane); step 1: the processor stores each output (pipeline/)        │
+        by lane, max_inflight + interactive_slots calls at once); step 1:     │
+        the processor stores each output (pipeline/)                          │
         │ retryable error: RetryPolicy (retry.py) -> backoff -> back in queue │
         │ result, or a failed result + DLQ record once the policy gives up    │
         v                                                                     v
@@ -27,6 +28,9 @@
     control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
         cancelled request or job leave the batcher and are answered `cancelled` (steps 2-3)
     fleet loop (fleet.py): this worker's partitions, load and hot voices -> tts.fleet
+    start-up (run): health server -> engine warm-up -> producer -> control reader ->
+        check_topics -> group consumer -> the loops; each part's stop goes on one exit stack as it
+        starts (consumers/startup.py), unwound in reverse at shutdown or when a step fails
 
 A record's offset becomes committable only after its answer is acknowledged, and only once
 every earlier record of its partition is too. A crash before that redelivers the record; the
@@ -38,14 +42,16 @@ Checkpoint; this module keeps only its task handles and the number of batches in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from consumers import startup
 from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
@@ -62,6 +68,7 @@ from consumers.worker.lifecycle import WorkerLifecycle
 from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
+from consumers.worker.shape import WorkerShape
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from pipeline.synthesis import Outcome, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
@@ -82,7 +89,13 @@ class SynthesisWorker(WorkerLifecycle):
         s = settings.worker
         self._settings = settings
         self._processor = processor
-        self._threads = BatchThreads(device_gate, len(lanes.dispatcher_lanes(s.max_inflight)))
+        # Dispatchers, device slots and threads, derived once (shape.py); a gate made for
+        # another shape would run a different number of device calls than the docs promise.
+        self.shape = WorkerShape.of(s)
+        if device_gate is not None and device_gate.capacity != self.shape.device_calls:
+            raise ValueError(f"device gate runs {device_gate.capacity} calls at once, the "
+                             f"worker's shape {self.shape.device_calls}")
+        self._threads = BatchThreads(device_gate, self.shape.threads)
         self._names = topic_names(settings.kafka.topic_prefix)
         self.metrics = metrics or WorkerMetrics()
         # Without a loader the processor's engine came loaded; with one (`warm_up`, run in a
@@ -97,7 +110,8 @@ class SynthesisWorker(WorkerLifecycle):
                                  base_delay_s=retry_base_s, max_delay_s=s.retry_max_delay_s)
         self.batcher: VoiceBatcher[InFlightRequest] = VoiceBatcher(
             max_batch=s.max_batch, batch_wait_s=s.batch_wait_ms / 1000,
-            capacity=s.queue_capacity, idle=lambda: self._running_batches < s.max_inflight,
+            capacity=s.queue_capacity,
+            idle=lambda: self._running_batches < self.shape.batch_slots,
             batch_share=s.batch_min_share)
         self.cancels = CancelRegistry(ttl_s=s.cancel_ttl_s, max_entries=s.cancel_max_entries)
         self._canceller = QueueCanceller(registry=self.cancels, batcher=self.batcher,
@@ -128,12 +142,33 @@ class SynthesisWorker(WorkerLifecycle):
         self._stopping.set()
 
     async def run(self) -> None:
+        """Start, serve until stop() or a signal, then drain and stop.
+
+        Every part's stop goes on one exit stack as the part is made or started
+        (consumers/startup.py), so the shutdown is the start-up in reverse: drain (routers
+        told first), fleet tombstone, group consumer, control reader, producer, batch
+        threads, health server.
+        A start-up step that fails (MissingTopics, a broker that refuses) unwinds the same
+        stack: what had started is stopped, and the error goes on to the caller.
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await self._start(stack)
+            except Exception as exc:
+                log.error("worker start-up failed, stopping what had started: %s", exc)
+                raise
+            await self._stopping.wait()
+        log.info("worker stopped after %d requests", self.processed)
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         s = self._settings.worker
         if s.metrics_port >= 0:
             self.health = HealthServer(host=s.metrics_host, port=s.metrics_port,
                                        metrics=self.metrics, liveness=self.liveness,
                                        readiness=self.readiness)
-            await self.health.start()
+            await startup.start_part(stack, "health server", self.health.start,
+                                     self.health.stop, logger=log)
+        stack.callback(self._threads.shutdown)  # made in __init__; stopped before /healthz
         if self._warm_up is not None:
             # Load before joining the group: a member that cannot serve takes no partition.
             self._warming = True
@@ -144,10 +179,16 @@ class SynthesisWorker(WorkerLifecycle):
             self.heartbeat.beat()
         consumer = lanes.group_consumer(self._settings)
         producer = make_producer(self._settings.kafka, linger_ms=2)
+        control = make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False)
         reader = ControlReader(  # not in the group: every worker reads every command
-            consumer=make_consumer(self._settings.kafka, group_id=None, enable_auto_commit=False),
+            consumer=control,
             topic=self._names.control, registry=self.cancels, on_cancel=self._canceller.on_cancel,
             on_command=self.metrics.on_control, partitions_for=producer.partitions_for)
+        # Every client made is closed, started or not (aiokafka warns of one never closed,
+        # and a half-started one holds connections); they stop as consumer, reader, producer.
+        startup.push_stop(stack, "producer", producer.stop, logger=log)
+        startup.push_stop(stack, "control reader", reader.stop, logger=log)
+        startup.push_stop(stack, "group consumer", consumer.stop, logger=log)
         self._consumer = consumer
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
                                      publisher=Publisher(producer=producer, names=self._names))
@@ -158,7 +199,7 @@ class SynthesisWorker(WorkerLifecycle):
             names=self._names, threads=self._threads, checker=self.cancels.checker)
         fleet = StatusReporter(worker_id=s.instance_id, producer=producer, consumer=consumer,
                                names=self._names, checkpoint=self.checkpoint,
-                               batcher=self.batcher, slots=lanes.device_slots(s),
+                               batcher=self.batcher, slots=self.shape.slots,
                                interval_ms=self._settings.routing.fleet_interval_ms,
                                hot=self._hot_voices, draining=self._stopping.is_set)
         lanes.check_assignor(s.assignor)
@@ -167,31 +208,32 @@ class SynthesisWorker(WorkerLifecycle):
             grace_s=s.revoke_grace_seconds))
         await producer.start()
         await reader.start()
+        # Asked before joining: the group consumer's start waits ~20 s for a missing topic
+        # and then fails with an unnamed broker error; the reader's consumer is started.
+        await lanes.check_topics(control, self._names)
         await consumer.start()
-        await lanes.check_topics(consumer, self._names)
-        log.info("worker %s consuming %s as group %s (max_inflight %d, max_batch %d)",
-                 s.instance_id, " + ".join(lanes.lane_topics(self._names)), s.group_id,
-                 s.max_inflight, s.max_batch)
-        loops = [asyncio.create_task(self._fetch_loop(), name="fetch"),
-                 asyncio.create_task(self._commit_loop(), name="commit"),
-                 asyncio.create_task(reader.run(), name="control"),
-                 asyncio.create_task(fleet.run(), name="fleet")]
-        # How many dispatchers, of which lanes, and why: lanes.dispatcher_lanes.
-        dispatchers = [asyncio.create_task(self._dispatch_loop(lane), name=f"dispatch-{i}")
-                       for i, lane in enumerate(lanes.dispatcher_lanes(s.max_inflight))]
-        try:
-            await self._stopping.wait()
-        finally:
+        log.info("worker %s consuming %s as group %s: %s, max_batch %d", s.instance_id,
+                 " + ".join(lanes.lane_topics(self._names)), s.group_id, self.shape.describe(),
+                 s.max_batch)
+        loops = [self._watched(self._fetch_loop(), "fetch"),
+                 self._watched(self._commit_loop(), "commit"),
+                 self._watched(reader.run(), "control"),
+                 self._watched(fleet.run(), "fleet")]
+        dispatchers = [self._watched(self._dispatch_loop(lane), f"dispatch-{i}")
+                       for i, lane in enumerate(self.shape.dispatchers)]
+
+        async def drain() -> None:
             await fleet.announce_draining()  # routers send nothing new here
             await self._drain(loops, dispatchers)
-            await fleet.retire()
-            await consumer.stop()
-            await reader.stop()
-            await producer.stop()
-            self._threads.shutdown()
-            if self.health is not None:
-                await self.health.stop()
-            log.info("worker stopped after %d requests", self.processed)
+
+        startup.push_stop(stack, "fleet status", fleet.retire, logger=log)
+        startup.push_stop(stack, "drain", drain, logger=log)  # unwound first
+
+    def _watched(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """One of the worker's loops: a loop that dies is logged at once (the drain would
+        otherwise only gather its exception at shutdown)."""
+        return startup.watch(asyncio.create_task(coro, name=name), logger=log,
+                             what=f"worker loop {name}")
 
     async def _drain(self, loops: list[asyncio.Task[None]],
                      dispatchers: list[asyncio.Task[None]]) -> None:
@@ -255,20 +297,20 @@ class SynthesisWorker(WorkerLifecycle):
         except UndecodableMessage as exc:
             log.warning("undecodable message to the DLQ: %s", exc.message, extra=ctx)
             self.metrics.on_dlq(exc.code.value)
-            self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))))
+            self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))), ctx)
             return
         except InvalidRequest as exc:
-            log.info("rejected: %s", exc, extra={**ctx, "request_id": exc.request_id,
-                                                 "voice_id": exc.voice_id})
+            ctx = {**ctx, "request_id": exc.request_id, "voice_id": exc.voice_id}
+            log.info("rejected: %s", exc, extra=ctx)
             if exc.request_id is None:  # nobody to answer: keep the bytes in the DLQ
                 self.metrics.on_dlq(exc.code.value)
-                self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))))
+                self._spawn(self._cp.answer(tp, rec, dlq=dead_letter(rec, str(exc))), ctx)
                 return
             result = self._processor.answers.rejected(exc)
             if wants_stream(rec.value) and self.streams is not None:  # its reader waits
-                self._spawn(self.streams.answer(tp, rec, result=result))
+                self._spawn(self.streams.answer(tp, rec, result=result), ctx)
             else:
-                self._spawn(self._cp.answer(tp, rec, result=result))
+                self._spawn(self._cp.answer(tp, rec, result=result), ctx)
             return
         req = lanes.in_flight(rec, tp, request, self._names,
                               self._settings.worker.interactive_deadline_s)
@@ -362,7 +404,7 @@ class SynthesisWorker(WorkerLifecycle):
                 req.queued_at = time.monotonic()
                 self.batcher.put(queue_key(req.request), req, req.lane)
 
-        self._spawn(later())
+        self._spawn(later(), req.ctx())
 
     def _finish(self, req: InFlightRequest, result: SynthesisResult,
                 dlq: DeadLetter | None = None) -> None:
@@ -376,9 +418,10 @@ class SynthesisWorker(WorkerLifecycle):
             self.metrics.observe_rtf(result.rtf)
         if req.request.stream and self.streams is not None:  # the final chunk record first
             self._spawn(self.streams.answer(req.tp, req.record, result=result, dlq=dlq,
-                                            stream=req.stream))
+                                            stream=req.stream), req.ctx())
             return
-        self._spawn(self._cp.answer(req.tp, req.record, result=result, dlq=dlq))  # steps 2-3
+        self._spawn(self._cp.answer(req.tp, req.record, result=result, dlq=dlq),  # steps 2-3
+                    req.ctx())
 
     def _owned(self, req: InFlightRequest) -> bool:
         """False (and the record given back) once its partition is revoked."""
@@ -387,10 +430,15 @@ class SynthesisWorker(WorkerLifecycle):
         self._cp.abandon(req.tp, req.record.offset)
         return False
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None],
+               ctx: Mapping[str, Any] | None = None) -> None:
+        """A task of the answer path (publishing, a retry timer): kept to cancel at the
+        drain, and logged with the record's `ctx` if it dies, since nobody awaits it."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        startup.watch(task, logger=log, what=getattr(coro, "__qualname__", "worker task"),
+                      context=ctx)
 
     # -- commits and lag (health probes and signals: lifecycle.py) ----------------------
 

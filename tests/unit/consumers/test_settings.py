@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from consumers.settings import Secret, Settings, find_checkout, state_dir
+from consumers.settings import Secret, Settings, WorkerSettings, find_checkout, state_dir
 from pipeline.engines import EngineOptions
 
 
@@ -155,3 +156,77 @@ def test_outside_a_checkout_state_is_per_user(tmp_path: Path) -> None:
 def test_this_checkout_is_found_from_inside_it() -> None:
     here = Path(__file__).resolve()
     assert find_checkout(here.parent) == here.parents[3]
+
+
+# -- ranges ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"VF_MAX_INFLIGHT": "0"}, "VF_MAX_INFLIGHT must be >= 1 (got 0)"),
+    ({"VF_MAX_BATCH": "-3"}, "VF_MAX_BATCH must be >= 1 (got -3)"),
+    ({"VF_INTERACTIVE_SLOTS": "-1"}, "VF_INTERACTIVE_SLOTS must be >= 0 (got -1)"),
+    ({"VF_QUEUE_CAPACITY": "0"}, "VF_QUEUE_CAPACITY must be >= 1 (got 0)"),
+    ({"VF_DRAIN_SECONDS": "0"}, "VF_DRAIN_SECONDS must be >= 1 (got 0)"),
+    ({"VF_BATCH_MIN_SHARE": "1.5"}, "VF_BATCH_MIN_SHARE must be between 0 and 1 (got 1.5)"),
+    ({"VF_METRICS_PORT": "70000"},
+     "VF_METRICS_PORT must be between -1 and 65535 (got 70000; -1 disables, 0 takes a free "
+     "port)"),
+    ({"VF_GATEWAY_PORT": "-1"}, "VF_GATEWAY_PORT must be between 0 and 65535 (got -1)"),
+    ({"VF_GATEWAY_TIMEOUT_S": "0"}, "VF_GATEWAY_TIMEOUT_S must be > 0 (got 0.0)"),
+    ({"VF_GATEWAY_LAG_INTERVAL_S": "inf"}, "VF_GATEWAY_LAG_INTERVAL_S must be a finite "
+                                           "number (got inf)"),
+    ({"VF_LOUDNESS_LUFS": "nan"}, "VF_LOUDNESS_LUFS must be a finite number (got nan)"),
+    ({"VF_JOB_TIMEOUT_SECONDS": "0"}, "VF_JOB_TIMEOUT_SECONDS must be >= 1 (got 0)"),
+    ({"VF_PRESIGN_SECONDS": "604801"}, "VF_PRESIGN_SECONDS must be between 1 and 604800 "
+                                       "(got 604801; S3 presigned URLs last at most 7 days)"),
+    ({"VF_ROUTE_BALANCE": "0.9"}, "VF_ROUTE_BALANCE must be >= 1 (got 0.9)"),
+    ({"VF_ROUTING": "random"}, "VF_ROUTING must be one of fleet, voice (got 'random')"),
+    ({"VF_QUALITY_CHECKS": "yes"}, "VF_QUALITY_CHECKS must be one of on, off (got 'yes')"),
+])
+def test_a_value_out_of_range_names_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        Settings.from_env(env)
+    assert str(info.value) == message
+
+
+def test_the_edges_of_each_range_are_accepted() -> None:
+    s = Settings.from_env({"VF_MAX_INFLIGHT": "1", "VF_INTERACTIVE_SLOTS": "0",
+                           "VF_METRICS_PORT": "-1", "VF_GATEWAY_PORT": "0",
+                           "VF_BATCH_MIN_SHARE": "0", "VF_BATCH_WAIT_MS": "0",
+                           "VF_REVOKE_GRACE_SECONDS": "0", "VF_ROUTE_FAILOVER_MS": "0",
+                           "VF_AGGREGATOR_PORT": "-1", "VF_PRESIGN_SECONDS": "604800"})
+    assert (s.worker.max_inflight, s.worker.interactive_slots, s.gateway.port) == (1, 0, 0)
+
+
+def test_flags_and_code_are_checked_as_the_environment_is() -> None:
+    with pytest.raises(ValueError, match=r"^VF_MAX_INFLIGHT must be >= 1 \(got 0\)$"):
+        Settings().with_overrides(worker={"max_inflight": 0})  # `--max-inflight 0`
+    with pytest.raises(ValueError, match=r"^VF_MAX_BATCH must be >= 1 \(got 0\)$"):
+        WorkerSettings(max_batch=0)
+
+
+def test_every_numeric_setting_names_its_range() -> None:
+    """A new int or float field must say which values make sense (var(..., ge=...))."""
+    unbounded = [f.metadata["env"] for g in fields(Settings) for f in fields(_group(g.name))
+                 if f.type in ("int", "float") and f.metadata.get("bounds") is None]
+    assert unbounded == []
+
+
+def _group(name: str) -> Any:
+    return getattr(Settings(), name)
+
+
+def test_a_bad_setting_exits_1_with_one_line_naming_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import voicefactory
+    from consumers import logs
+
+    monkeypatch.setattr(logs, "configure", lambda *_: None)  # keep pytest's log handlers
+    monkeypatch.setenv("VF_MAX_INFLIGHT", "0")
+    assert voicefactory.main(["worker", "--engine", "bench"]) == 1
+    assert capsys.readouterr().err == "error: VF_MAX_INFLIGHT must be >= 1 (got 0)\n"
+    monkeypatch.delenv("VF_MAX_INFLIGHT")
+    assert voicefactory.main(["worker", "--max-batch", "0"]) == 1
+    assert capsys.readouterr().err == "error: VF_MAX_BATCH must be >= 1 (got 0)\n"
+    monkeypatch.setenv("VF_GATEWAY_TIMEOUT_S", "-5")
+    assert voicefactory.main(["gateway"]) == 1
+    assert capsys.readouterr().err == "error: VF_GATEWAY_TIMEOUT_S must be > 0 (got -5.0)\n"

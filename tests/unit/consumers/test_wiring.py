@@ -12,8 +12,8 @@ import pytest
 from consumers.health import Heartbeat
 from consumers.settings import AggregatorSettings, EngineSettings, Settings, WorkerSettings
 from consumers.wiring import build_aggregator, build_worker, make_store
-from consumers.worker.lanes import dispatcher_lanes
 from consumers.worker.loop import SynthesisWorker
+from consumers.worker.shape import WorkerShape
 
 
 def test_importing_the_wiring_loads_no_engine_and_no_torch() -> None:
@@ -59,8 +59,12 @@ def test_the_worker_store_has_a_connection_for_every_dispatcher() -> None:
                         worker=WorkerSettings(max_inflight=6, quality_checks="off",
                                               metrics_port=-1))
     # 3 x max_inflight dispatchers (2 x for both lanes, 1 x interactive only), store, spare
-    assert len(dispatcher_lanes(6)) == 18
-    assert build_worker(settings).store.pool_size == 18 + 2
+    assert WorkerShape.of(settings.worker).threads == 18
+    runtime = build_worker(settings)
+    assert runtime.store.pool_size == 18 + 2
+    # one shape for every part: the gate's slots, the worker's threads and fleet slots
+    assert runtime.worker.shape == WorkerShape(6, 1)
+    assert runtime.worker._threads._pool._max_workers == 18
     small = replace(settings, worker=replace(settings.worker, max_inflight=1))
     assert build_worker(small).store.pool_size == 8  # the store's own default is the floor
 

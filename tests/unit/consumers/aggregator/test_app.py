@@ -7,9 +7,11 @@ from pathlib import Path
 import faust
 import pytest
 
+from consumers.aggregator import app as aggregator_app
 from consumers.aggregator.app import JobAggregator, app_id, broker_credentials
 from consumers.settings import AggregatorSettings, KafkaSettings, Secret, Settings, WorkerSettings
 from consumers.wiring import make_store
+from tests.unit.consumers.parts import FakePart
 
 STORE = make_store(Settings().store)  # a client object only: nothing here talks to S3
 
@@ -77,3 +79,31 @@ def test_the_datadir_defaults_to_the_state_dir(tmp_path: Path,
     monkeypatch.setenv("VF_STATE_DIR", str(tmp_path / "state"))
     agg = JobAggregator(Settings(aggregator=AggregatorSettings(port=-1)), store=STORE)
     assert Path(str(agg.app.conf.datadir)) == tmp_path / "state" / "aggregator"
+
+
+async def test_an_emitter_that_fails_to_start_is_stopped_and_a_started_one_at_shutdown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tick retries a failed close, so an emitter whose producer started before its
+    start failed (tts.jobs missing) must be stopped, or every tick leaks a producer."""
+    events: list[str] = []
+    made: list[FakePart] = []
+    failures = [RuntimeError("topic tts.jobs has no partitions")]
+
+    def emitter(**_: object) -> FakePart:
+        made.append(FakePart(f"emitter{len(made)}", events,
+                             fail=failures.pop() if failures else None))
+        return made[-1]
+
+    monkeypatch.setattr(aggregator_app, "JobEmitter", emitter)
+    monkeypatch.setattr(aggregator_app, "make_producer", lambda *_, **__: None)
+    agg = JobAggregator(Settings(aggregator=AggregatorSettings(port=-1)), store=STORE,
+                        datadir=tmp_path)
+    with pytest.raises(RuntimeError, match="no partitions"):
+        await agg._ensure_emitter()
+    assert events == ["start emitter0", "stop emitter0"]
+    started = [id(await agg._ensure_emitter()) for _ in range(2)]
+    assert started == [id(made[1])] * 2  # started once, then reused
+    await agg._on_shutdown(agg.app, signal=None)
+    assert events == ["start emitter0", "stop emitter0", "start emitter1", "stop emitter1"]
+    await agg._on_shutdown(agg.app, signal=None)  # nothing left to stop
+    assert len(events) == 4

@@ -11,7 +11,7 @@ import pytest
 
 from consumers.worker.batching import Lane
 from consumers.worker.gate import LANE, BatchThreads, LaneGate, in_lane
-from consumers.worker.lanes import dispatcher_lanes
+from consumers.worker.shape import WorkerShape
 
 
 def _enter_in_thread(gate: LaneGate, lane: Lane, name: str, order: list[str],
@@ -153,7 +153,27 @@ async def test_batch_threads_run_calls_in_their_own_named_threads_with_the_lane(
 
 
 def test_interactive_work_has_dispatchers_of_its_own() -> None:
-    assert dispatcher_lanes(2) == [None, None, None, None, "interactive", "interactive"]
+    assert WorkerShape(2, 1).dispatchers == (None, None, None, None, "interactive",
+                                             "interactive")
+
+
+def test_a_gate_for_a_shape_runs_its_device_calls_and_no_more() -> None:
+    """max_inflight shared + interactive_slots reserved slots: 3 device calls by default,
+    which is what GPU memory must be sized for."""
+    gate = LaneGate.for_shape(WorkerShape(2, 1), batch_share=0.1)
+    assert gate.capacity == WorkerShape(2, 1).device_calls == 3
+    order: list[str] = []
+    hold = threading.Event()
+    lanes: list[Lane] = ["batch", "batch", "interactive", "interactive"]
+    threads = [_enter_in_thread(gate, lane, f"{lane}-{i}", order, hold)
+               for i, lane in enumerate(lanes)]
+    _until(lambda: len(order) == 3)
+    time.sleep(0.05)  # the fourth stays out: every slot is held
+    assert len(order) == 3 and gate.waiting("interactive") == 1
+    hold.set()
+    for thread in threads:
+        thread.join(5)
+    assert len(order) == 4
 
 
 def test_the_reserve_serves_a_caller_while_batch_work_fills_the_shared_slots() -> None:
