@@ -32,6 +32,8 @@ def decode_control(raw: bytes | None) -> ControlCommand:
         command = msgspec.json.decode(raw, type=ControlCommand)
     except msgspec.DecodeError as exc:
         raise InvalidControl(f"not a tts.control.v1 command: {exc}") from None
+    except RecursionError:  # msgspec skips unknown fields recursively: ~1,000 levels is enough
+        raise InvalidControl("not a tts.control.v1 command: nested too deeply") from None
     return _checked(command)
 
 

@@ -26,11 +26,28 @@ class ErrorCode(StrEnum):
 # Transient by nature: a later attempt may succeed without the producer changing anything.
 RETRYABLE_CODES = frozenset({ErrorCode.ENGINE_ERROR, ErrorCode.STORAGE_ERROR})
 
+# A message reaches a result event (and a DLQ record's reason) and often quotes the
+# offending value: a 900 KB `schema` string quoted in full made a result too large for the
+# broker, and its publisher retried it forever.
+MAX_MESSAGE_CHARS = 1000
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text`, cut in the middle to at most `limit` characters when longer: the start names
+    the rule broken, the end often where (msgspec's "- at `$.format`")."""
+    if len(text) <= limit:
+        return text
+    marker = f" [...; {len(text):,} characters in all] "
+    room = max(0, limit - len(marker))
+    head = room * 2 // 3
+    return text[:head] + marker + text[len(text) - (room - head):]
+
 
 class VoiceFactoryError(Exception):
     """Root of every error the project raises on purpose."""
 
     def __init__(self, code: ErrorCode, message: str, *, retryable: bool | None = None) -> None:
+        message = clip(message)
         super().__init__(f"{code.value}: {message}")
         self.code = code
         self.message = message

@@ -134,7 +134,10 @@ def _field_problem(request: SynthesisRequest) -> str | None:
         allowed = ", ".join(map(str, OPUS_RATES))
         return f"opus runs at {allowed} Hz only, not sample_rate {request.sample_rate}"
     if request.metadata is not None:
-        size = len(orjson.dumps(request.metadata))
+        try:
+            size = len(orjson.dumps(request.metadata))
+        except orjson.JSONEncodeError:  # orjson reads 1,024 levels but writes only 254
+            return "metadata is nested more than 254 levels deep"
         if size > MAX_METADATA_BYTES:
             return f"metadata is {size:,} bytes as JSON, limit {MAX_METADATA_BYTES:,}"
     if request.deadline is not None and parse_deadline(request.deadline) is None:

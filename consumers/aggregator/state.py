@@ -42,6 +42,11 @@ from topics.validation import REQUEST_ID_MAX, check_id
 log = logging.getLogger(__name__)
 
 MANIFEST_SCHEMA = "vf.job-script.v1"
+# Most lines a job may have. A closed job lists every index it never received (`missing`), so
+# one stray result claiming total 2**62 would have the aggregator build that list when the
+# job times out; a real script stays far below (its job.v1 event must fit one Kafka record).
+MAX_JOB_TOTAL = 10_000
+MAX_CLIP_SECONDS = 3600.0  # one line of <= 2,000 characters is minutes of speech at most
 
 
 class ClipState(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -112,7 +117,8 @@ def decode_manifest(raw: bytes) -> JobManifest:
 # What one result did to its job, for the aggregator's metrics (vf_job_results_total):
 # merged: a new index; replaced: a failed/rejected/expired/cancelled clip answered again;
 # duplicate: the index had succeeded already (kept); late: the job was already emitted;
-# invalid: unusable job ID or index; no_job: the result is not part of a job.
+# invalid: unusable job ID, index, total or audio duration; no_job: the result is not part
+# of a job.
 MergeOutcome = Literal["merged", "replaced", "duplicate", "late", "invalid", "no_job"]
 
 
@@ -138,9 +144,20 @@ def merge_result(state: JobState | None, result: SynthesisResult, now: float) ->
     except ValueError as exc:
         log.warning("result with an unusable job ID ignored: %s", exc, extra=ctx)
         return Merge(None, "invalid")
+    if job.total > MAX_JOB_TOTAL:
+        log.warning("job %s: result says total %d, more than %d lines; ignored", job.id,
+                    job.total, MAX_JOB_TOTAL, extra=ctx)
+        return Merge(None, "invalid")
     if not 0 <= job.index < job.total:
         log.warning("job %s: result index %d outside 0..%d, ignored", job.id, job.index,
                     job.total - 1, extra=ctx)
+        return Merge(None, "invalid")
+    audio = result.audio
+    if audio is not None and not 0.0 <= audio.duration_s <= MAX_CLIP_SECONDS:  # NaN too
+        # The timeline and subtitles are laid out from it: a negative or infinite one made
+        # every attempt to close the job fail, and the timer retried it forever.
+        log.warning("job %s: index %d has audio of %r s, ignored", job.id, job.index,
+                    audio.duration_s, extra=ctx)
         return Merge(None, "invalid")
     if state is None:
         state = JobState(job_id=job.id, total=job.total, first_seen=now, last_seen=now)

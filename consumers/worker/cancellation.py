@@ -2,7 +2,8 @@
 
     tts.control (every partition, manually assigned, no group)
         --ControlReader--> decode_control (topics/control.py; a bad record: log line, skip)
-        --> CancelRegistry.add (request ID or job ID, for `ttl_s`, at most `max_entries`)
+        --> CancelRegistry.add (request ID or job ID, for `ttl_s`, at most `max_entries`;
+            the reason cut to MAX_REASON_CHARS)
         --> on_cancel(command): the worker takes the matching requests out of its queue and
             answers them `cancelled` (loop.py)
     the worker, later: a fetched request, a retry coming back, a batch taken for the engine
@@ -37,9 +38,14 @@ from consumers.worker.batching import VoiceBatcher
 from consumers.worker.inflight import InFlightRequest
 from pipeline.answers import Answers
 from topics.control import InvalidControl, decode_control
+from topics.errors import clip
 from topics.events import ControlCommand, SynthesisResult
 
 log = logging.getLogger(__name__)
+
+# A cancel's reason is echoed in each `cancelled` result it causes: a reason of any size
+# (the schema sets none) would make those results too large for the broker.
+MAX_REASON_CHARS = 500
 
 
 class CancelRegistry:
@@ -67,7 +73,7 @@ class CancelRegistry:
         self._expire()
         self._entries.pop(key, None)
         self._entries[key] = (self._clock() + self.ttl_s - max(0.0, age_s),
-                              command.reason or "")
+                              clip(command.reason or "", MAX_REASON_CHARS))
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
@@ -183,7 +189,8 @@ class ControlReader:
         self.applied += 1
         self._on_command("applied")
         log.info("cancel of %s %s (%s)", "request" if command.request_id else "job",
-                 command.request_id or command.job_id, command.reason or "no reason given",
+                 command.request_id or command.job_id,
+                 clip(command.reason or "no reason given", MAX_REASON_CHARS),
                  extra={**(where or {}), "request_id": command.request_id})
         self._on_cancel(command)
         return command

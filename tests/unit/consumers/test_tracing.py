@@ -21,3 +21,9 @@ def test_missing_or_invalid_header_starts_a_new_trace() -> None:
         out = child_traceparent(headers)
         assert _FORMAT.match(out)
         assert out.split("-")[1] != "0" * 32
+
+
+def test_a_traceparent_header_without_a_value_starts_a_new_trace() -> None:
+    # Kafka headers may have null values; aiokafka hands them over as None.
+    out = child_traceparent([("traceparent", None), ("other", b"x")])
+    assert _FORMAT.match(out)

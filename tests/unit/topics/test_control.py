@@ -28,3 +28,12 @@ def test_a_cancel_round_trips_and_is_keyed_by_its_target() -> None:
 def test_unusable_commands_are_refused_with_the_reason(raw: bytes | None, reason: str) -> None:
     with pytest.raises(InvalidControl, match=reason):
         decode_control(raw)
+
+
+def test_an_unknown_field_nested_a_thousand_deep_is_skipped_not_a_crash() -> None:
+    # msgspec skips unknown fields recursively: RecursionError used to escape and stop the
+    # worker's control loop (the fuzz suite).
+    raw = (b'{"schema": "tts.control.v1", "action": "cancel", "request_id": "r", "x": '
+           + b"[" * 1000 + b"]" * 1000 + b"}")
+    with pytest.raises(InvalidControl, match="nested too deeply"):
+        decode_control(raw)

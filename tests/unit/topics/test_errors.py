@@ -26,3 +26,14 @@ def test_local_errors_sit_under_the_root_and_read_as_their_message(
     assert isinstance(exc, builtin)  # callers that caught the builtin still do
     assert str(exc) == "espeak-ng not found on PATH"
     assert (exc.code, exc.retryable) == (code, False)
+
+
+def test_long_messages_are_cut_in_the_middle_keeping_both_ends() -> None:
+    from topics.errors import MAX_MESSAGE_CHARS, clip
+
+    text = "schema " + "x" * 5000 + " - at `$.schema`"
+    exc = VoiceFactoryError(ErrorCode.INVALID_REQUEST, text)
+    assert len(exc.message) == MAX_MESSAGE_CHARS
+    assert exc.message.startswith("schema xxx") and exc.message.endswith("- at `$.schema`")
+    assert "5,023 characters in all" in exc.message
+    assert clip("short") == "short"

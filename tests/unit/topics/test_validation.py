@@ -300,3 +300,22 @@ def test_first_broken_rule_wins_in_the_documented_order() -> None:
     assert rejected(body(voice_id="a/b", speed=9, text=too_long)).message.startswith("voice_id")
     assert rejected(body(speed=9, text=too_long)).message.startswith("speed 9.0")
     assert rejected(body(text=too_long)).code is ErrorCode.TEXT_TOO_LONG
+
+
+def test_metadata_nested_past_what_orjson_writes_is_rejected_not_a_crash() -> None:
+    # orjson reads 1,024 levels but writes 254: the size check used to raise TypeError,
+    # which escaped decode_request and stopped the worker's fetch loop (the fuzz suite).
+    payload = raw(body(metadata={"x": "DEEP"})).replace(b'"DEEP"', b"[" * 300 + b"]" * 300)
+    with pytest.raises(InvalidRequest) as info:
+        decode_request(payload)
+    exc = info.value
+    assert exc.code is ErrorCode.INVALID_REQUEST and "nested" in exc.message
+    assert exc.request_id == "req-1"
+
+
+@pytest.mark.parametrize("field", ["schema", "format", "deadline", "mode"])
+def test_a_huge_value_quoted_in_a_rejection_is_cut(field: str) -> None:
+    # The message reaches the rejected result: 900 KB quoted in it made the result too
+    # large for the broker, and the publisher retried it forever.
+    exc = rejected(body(**{field: "x" * 900_000}))
+    assert len(exc.message) <= 1000 and "characters in all" in exc.message

@@ -209,3 +209,17 @@ def test_a_cancelled_line_is_replaced_by_a_later_success_but_never_replaces_one(
     again = merge_result(merged.state, result(0, total=1, status="cancelled"), 102.0)
     assert again.outcome == "duplicate" and again.state is not None
     assert again.state.clips[0].status == "succeeded"
+
+
+@pytest.mark.parametrize("total", [10_001, 10**9, 2**62])
+def test_a_result_claiming_an_absurd_total_is_invalid(total: int) -> None:
+    # A job closed on its timeout lists every missing index: total 2**62 would have the
+    # aggregator build that list (the fuzz suite).
+    assert merge_result(None, result(0, total=total), 100.0).outcome == "invalid"
+    assert merge_result(None, result(0, total=10_000), 100.0).outcome == "merged"
+
+
+@pytest.mark.parametrize("duration", [-5.0, 1e308, float("inf"), float("nan"), 3601.0])
+def test_a_clip_of_impossible_duration_is_invalid(duration: float) -> None:
+    # Laid out in the timeline and the subtitles, it made every close of the job fail.
+    assert merge_result(None, result(0, total=1, duration=duration), 100.0).outcome == "invalid"

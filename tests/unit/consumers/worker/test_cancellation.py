@@ -179,3 +179,13 @@ def test_a_request_arriving_after_its_cancel_is_answered_without_queueing() -> N
     reg.add(cancel(job_id="film"))
     assert canceller.cancel_if_named(_req(2, job="film")) is True
     assert [(r.request_id, res.status) for r, res in answered] == [("film-0002", "cancelled")]
+
+
+def test_a_huge_reason_is_cut_before_it_is_echoed_in_cancelled_results() -> None:
+    from consumers.worker.cancellation import MAX_REASON_CHARS
+
+    reg, _batcher, answered, canceller = _canceller()
+    reg.add(cancel(request_id="film-0001", reason="r" * 1_000_000))
+    assert canceller.cancel_if_named(_req(1, job="film")) is True
+    ((_, res),) = answered
+    assert res.error is not None and len(res.error.message) < MAX_REASON_CHARS + 50
