@@ -25,14 +25,15 @@ waits only for the next free device slot (gate.py), not for a dispatcher.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
 
+from consumers.settings import WorkerSettings, check_field
 from consumers.worker.batching import Lane
 
 # Besides the dispatchers' threads the S3 pool serves the profile store, plus a spare
 # (docs/benchmarks.md, capacity).
 _STORE_EXTRA_CONNECTIONS = 2
+_WORKER_FIELDS = {f.name: f for f in fields(WorkerSettings)}
 
 
 @dataclass(frozen=True)
@@ -44,16 +45,15 @@ class WorkerShape:
     interactive_reserve: int
 
     def __post_init__(self) -> None:
-        # Settings are range-checked when loaded; this guards a shape made in code.
-        if self.batch_slots < 1:
-            raise ValueError(f"VF_MAX_INFLIGHT must be >= 1 (got {self.batch_slots!r})")
-        if self.interactive_reserve < 0:
-            raise ValueError(
-                f"VF_INTERACTIVE_SLOTS must be >= 0 (got {self.interactive_reserve!r})")
+        # Settings are range-checked when loaded; a shape made in code is checked against
+        # the same fields' bounds, so the two cannot drift apart.
+        for name, value in (("max_inflight", self.batch_slots),
+                            ("interactive_slots", self.interactive_reserve)):
+            check_field(_WORKER_FIELDS[name], value)
 
     @classmethod
-    def of(cls, worker: Any) -> WorkerShape:
-        """The shape of a WorkerSettings (typed Any: settings import nothing of the worker)."""
+    def of(cls, worker: WorkerSettings) -> WorkerShape:
+        """The shape of a worker's settings."""
         return cls(batch_slots=worker.max_inflight, interactive_reserve=worker.interactive_slots)
 
     @property
