@@ -160,7 +160,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from deploy.local import stack
 
         work_dir = Path(args.work_dir) if args.work_dir else state_dir() / "bench"
-        only = [args.suite] if args.suite in ("peers", "route") else args.only
+        only = [args.suite] if args.suite in ("peers", "route", "fuzz") else args.only
         return run_benchmarks(_settings(args), stack=stack, quick=args.quick, only=only,
                               json_path=Path(args.json) if args.json else None,
                               plots_dir=Path(args.plots_dir) if args.plots_dir
@@ -313,20 +313,21 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.set_defaults(func=cmd_cancel)
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
-    bench.add_argument("suite", nargs="?", choices=["all", "assignors", "peers", "route"],
+    bench.add_argument("suite", nargs="?",
+                       choices=["all", "assignors", "peers", "route", "fuzz"],
                        default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
-                            "memory, faults, lanes, route, peers (docs/benchmarks.md); "
+                            "memory, faults, fuzz, lanes, route, peers (docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
                             "peers: only nginx + model servers against the fleet; "
                             "route: only fleet routing (one narrator, one brand voice, "
-                            "kill -9)")
+                            "kill -9); fuzz: only the fuzz suite at bench size")
     bench.add_argument("--quick", action="store_true",
                        help="shorter durations and counts, same figures (`make bench`)")
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults", "lanes", "route", "peers"],
+                                "memory", "faults", "fuzz", "lanes", "route", "peers"],
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

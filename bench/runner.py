@@ -29,6 +29,7 @@ from bench import (
     cache,
     capacity,
     faults,
+    fuzz,
     lanes,
     memory,
     overhead,
@@ -47,7 +48,9 @@ log = logging.getLogger(__name__)
 
 BENCHES: dict[str, ModuleType] = {
     "overhead": overhead, "capacity": capacity, "cache": cache, "restart": restart,
-    "batching": batching, "memory": memory, "faults": faults, "lanes": lanes,
+    "batching": batching, "memory": memory, "faults": faults,
+    "fuzz": fuzz,  # generated records on every topic a worker or the aggregator reads (24)
+    "lanes": lanes,
     "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
     "peers": peers,  # last: it starts eight processes of its own
 }
