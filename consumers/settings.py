@@ -174,6 +174,9 @@ class WorkerSettings(_Checked):
     retry_max_delay_s: int = var("VF_RETRY_MAX_DELAY_S", 10, ge=0)
     drain_seconds: int = var("VF_DRAIN_SECONDS", 30, ge=1)
     revoke_grace_seconds: int = var("VF_REVOKE_GRACE_SECONDS", 10, ge=0)
+    # A partition whose committed offset stands still this long while records wait behind it
+    # is stuck: vf_partitions_stuck, the VoiceFactoryPartitionStuck alert, /readyz's body
+    stuck_partition_seconds: int = var("VF_STUCK_PARTITION_SECONDS", 120, ge=1)
     session_timeout_ms: int = var("VF_SESSION_TIMEOUT_MS", 30_000, ge=1000)
     assignor: str = var("VF_ASSIGNOR", "range")  # measured: docs/benchmarks.md
     group_id: str = var("VF_GROUP_ID", "vf-synth")

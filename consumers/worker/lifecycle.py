@@ -55,7 +55,13 @@ class WorkerLifecycle:
 
     async def readiness(self) -> tuple[bool, dict[str, object]]:
         """/readyz: engine loaded (as `engine_ready` reports it), broker and store reachable,
-        partitions assigned, not draining."""
+        partitions assigned, not draining.
+
+        `stuck_partitions` lists the partitions whose commits are stuck (lag.py) but does not
+        make the worker unready: a 503 would not move the stuck record (no Service routes
+        work here), and an unready pod holds the PodDisruptionBudget's one disruption and
+        stalls a StatefulSet rollout, which may be the fix (docs/operations.md).
+        """
         store_ok = await asyncio.to_thread(self._processor.store_reachable)
         broker_ok = max(self._last_fetch_ok,
                         self.checkpoint.last_commit_ok if self.checkpoint else 0.0)
@@ -65,6 +71,8 @@ class WorkerLifecycle:
             "store": store_ok,
             "assignment": bool(self._consumer and self._consumer.assignment()),
             "draining": self._stopping.is_set(),
+            "stuck_partitions": ([s.as_dict() for s in self.checkpoint.lag.stuck()]
+                                 if self.checkpoint else []),
         }
         ready = all(checks[k] for k in ("engine_loaded", "broker", "store", "assignment"))
         return ready and not self._stopping.is_set(), checks

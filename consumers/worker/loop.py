@@ -22,7 +22,8 @@
         │
         v
     commit loop (here, every 0.5 s): step 4, Checkpoint.commit: contiguous done offsets
-        per partition -> consumer.commit; then Checkpoint.update_lag
+        per partition -> consumer.commit; then Checkpoint.update_lag (lag.py: lag from the
+        group's committed offsets, partitions whose commits are stuck)
     revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> Checkpoint.wait_idle
         -> Checkpoint.commit -> Checkpoint.forget
     control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
@@ -191,7 +192,8 @@ class SynthesisWorker(WorkerLifecycle):
         startup.push_stop(stack, "group consumer", consumer.stop, logger=log)
         self._consumer = consumer
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
-                                     publisher=Publisher(producer=producer, names=self._names))
+                                     publisher=Publisher(producer=producer, names=self._names),
+                                     stuck_after_s=s.stuck_partition_seconds)
         self.streams = StreamRunner(
             chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
                                   metrics=self.metrics),
@@ -446,4 +448,4 @@ class SynthesisWorker(WorkerLifecycle):
         while True:
             await asyncio.sleep(self._commit_interval_s)
             await self._cp.commit()  # step 4
-            self._cp.update_lag()
+            await self._cp.update_lag()  # and stuck partitions (lag.py)

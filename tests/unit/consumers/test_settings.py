@@ -66,7 +66,8 @@ def test_every_variable_name_is_declared_once_and_kept() -> None:
             "VF_MAX_INFLIGHT", "VF_MAX_BATCH",
             "VF_BATCH_WAIT_MS", "VF_QUEUE_CAPACITY", "VF_MAX_ATTEMPTS",
             "VF_STORAGE_RETRY_SECONDS", "VF_RETRY_MAX_DELAY_S", "VF_DRAIN_SECONDS",
-            "VF_REVOKE_GRACE_SECONDS", "VF_SESSION_TIMEOUT_MS", "VF_ASSIGNOR", "VF_GROUP_ID",
+            "VF_REVOKE_GRACE_SECONDS", "VF_STUCK_PARTITION_SECONDS", "VF_SESSION_TIMEOUT_MS",
+            "VF_ASSIGNOR", "VF_GROUP_ID",
             "VF_INSTANCE_ID", "VF_METRICS_HOST", "VF_METRICS_PORT", "VF_PROFILE_CACHE_ENTRIES",
             "VF_PROFILE_CACHE_MB", "VF_VOICE_TTL_SECONDS", "VF_LOUDNESS_LUFS",
             "VF_QUALITY_CHECKS", "VF_BATCH_MIN_SHARE", "VF_INTERACTIVE_SLOTS",
@@ -166,6 +167,7 @@ def test_this_checkout_is_found_from_inside_it() -> None:
     ({"VF_INTERACTIVE_SLOTS": "-1"}, "VF_INTERACTIVE_SLOTS must be >= 0 (got -1)"),
     ({"VF_QUEUE_CAPACITY": "0"}, "VF_QUEUE_CAPACITY must be >= 1 (got 0)"),
     ({"VF_DRAIN_SECONDS": "0"}, "VF_DRAIN_SECONDS must be >= 1 (got 0)"),
+    ({"VF_STUCK_PARTITION_SECONDS": "0"}, "VF_STUCK_PARTITION_SECONDS must be >= 1 (got 0)"),
     ({"VF_BATCH_MIN_SHARE": "1.5"}, "VF_BATCH_MIN_SHARE must be between 0 and 1 (got 1.5)"),
     ({"VF_METRICS_PORT": "70000"},
      "VF_METRICS_PORT must be between -1 and 65535 (got 70000; -1 disables, 0 takes a free "
@@ -193,8 +195,10 @@ def test_the_edges_of_each_range_are_accepted() -> None:
                            "VF_METRICS_PORT": "-1", "VF_GATEWAY_PORT": "0",
                            "VF_BATCH_MIN_SHARE": "0", "VF_BATCH_WAIT_MS": "0",
                            "VF_REVOKE_GRACE_SECONDS": "0", "VF_ROUTE_FAILOVER_MS": "0",
-                           "VF_AGGREGATOR_PORT": "-1", "VF_PRESIGN_SECONDS": "604800"})
+                           "VF_AGGREGATOR_PORT": "-1", "VF_PRESIGN_SECONDS": "604800",
+                           "VF_STUCK_PARTITION_SECONDS": "1"})
     assert (s.worker.max_inflight, s.worker.interactive_slots, s.gateway.port) == (1, 0, 0)
+    assert s.worker.stuck_partition_seconds == 1
 
 
 def test_flags_and_code_are_checked_as_the_environment_is() -> None:
