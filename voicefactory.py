@@ -27,7 +27,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         store={"endpoint": flag("s3_endpoint"), "bucket": flag("bucket")},
         engine={"name": flag("engine")},
         worker={"max_inflight": flag("max_inflight"), "max_batch": flag("max_batch"),
-                "instance_id": flag("instance_id"), "metrics_port": flag("metrics_port")},
+                "instance_id": flag("instance_id"), "metrics_port": flag("metrics_port"),
+                "stuck_partition_seconds": flag("stuck_partition_seconds")},
     )
 
 
@@ -266,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--metrics-port", type=int,
                         help="/healthz, /readyz, /metrics port (VF_METRICS_PORT, default 9108; "
                              "-1 disables)")
+    worker.add_argument("--stuck-partition-seconds", type=int,
+                        help="a partition whose committed offset has not moved for this long "
+                             "while records wait is stuck: vf_partitions_stuck, listed in "
+                             "/readyz (VF_STUCK_PARTITION_SECONDS, default 120)")
     worker.add_argument("--log-format", choices=["json", "text"], default="json")
     worker.set_defaults(func=cmd_worker)
 

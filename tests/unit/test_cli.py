@@ -52,11 +52,12 @@ def test_flags_override_the_environment_group_by_group(monkeypatch: pytest.Monke
     monkeypatch.setenv("VF_KAFKA_BOOTSTRAP", "kafka:9092")
     args = voicefactory.build_parser().parse_args(
         ["worker", "--bootstrap", "b:1", "--engine", "bench", "--max-inflight", "3",
-         "--instance-id", "w9", "--metrics-port", "-1", "--bucket", "clips"])
+         "--instance-id", "w9", "--metrics-port", "-1", "--bucket", "clips",
+         "--stuck-partition-seconds", "45"])
     s = voicefactory._settings(args)
     assert (s.kafka.bootstrap, s.engine.name, s.store.bucket) == ("b:1", "bench", "clips")
     assert (s.worker.max_inflight, s.worker.max_batch, s.worker.instance_id,
-            s.worker.metrics_port) == (3, 4, "w9", -1)
+            s.worker.metrics_port, s.worker.stuck_partition_seconds) == (3, 4, "w9", -1, 45)
 
 
 def test_cancel_needs_exactly_one_usable_target_and_exits_2_otherwise(
