@@ -136,6 +136,8 @@ class LagMonitor:
                       for tp in assigned)
         if assigned and now >= self._retry_at and (now >= self._next_refresh or unknown):
             await self._refresh(assigned, now)
+            # A rebalance may have run meanwhile: highwater() asserts the partition is ours.
+            assigned &= self._consumer.assignment()
         stuck: list[StuckPartition] = []
         for tp in assigned:
             part = self._parts.get(tp)
@@ -177,10 +179,13 @@ class LagMonitor:
 
     async def _read_group(self, tps: list[TopicPartition]) -> None:
         consumer = self._consumer
+        # highwater() asserts the partition is assigned; a rebalance may have run since
+        # update() looked (wait_for runs this as a task of its own).
+        ours = consumer.assignment()
+        unfetched = [tp for tp in tps if tp in ours and consumer.highwater(tp) is None]
         committed = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
         never = [tp for tp, offset in zip(tps, committed, strict=True) if offset is None]
         starts = await consumer.beginning_offsets(never) if never else {}
-        unfetched = [tp for tp in tps if consumer.highwater(tp) is None]
         ends = await consumer.end_offsets(unfetched) if unfetched else {}
         for tp, offset in zip(tps, committed, strict=True):
             part = self._parts.setdefault(tp, _Partition())

@@ -14,7 +14,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from consumers.metrics import WorkerMetrics
 from consumers.worker.lag import LagMonitor
-from tests.unit.consumers.worker.fakes import P0, P1, FakeConsumer
+from tests.unit.consumers.worker.fakes import P0, P1, FakeConsumer, FakeProducer, make_checkpoint
 
 P3 = TopicPartition(P0.topic, 3)
 
@@ -182,3 +182,38 @@ async def test_a_broker_that_cannot_be_read_costs_one_bounded_try_per_retry_inte
     clock.now += 5.0
     await monitor.update()
     assert lag(metrics, P0) == 1
+
+
+class RebalancingConsumer(FakeConsumer):
+    """P1 is revoked while the group's offsets are being read; highwater() asserts, as
+    aiokafka's does, that the partition is still assigned."""
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        assert tp in self.assigned, "Partition is not assigned"
+        return super().highwater(tp)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        self.assigned.discard(P1)
+        return await super().committed(tp)
+
+
+async def test_a_rebalance_during_the_refresh_reports_only_what_is_still_assigned() -> None:
+    consumer = RebalancingConsumer(assigned={P0, P1}, high={P0: 10, P1: 10},
+                                   group={P0: 7, P1: 7})
+    monitor, metrics, _ = make(consumer)
+    await monitor.update()
+    assert lag(metrics, P0) == 3
+    assert lag(metrics, P1) is None
+
+
+async def test_a_failing_lag_report_does_not_stop_the_commit_loop(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(FakeConsumer):
+        def assignment(self) -> set[TopicPartition]:
+            raise RuntimeError("bug in the report")
+
+    consumer = Broken()
+    cp = make_checkpoint(consumer, FakeProducer())
+    with caplog.at_level(logging.ERROR, logger="consumers.worker.checkpoint"):
+        await cp.update_lag()  # logged, not raised
+    assert "lag report failed; commits go on" in caplog.text
