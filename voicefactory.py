@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +23,14 @@ def _settings(args: argparse.Namespace) -> Settings:
     """VF_* variables, then the flags this command has (a flag not given changes nothing)."""
     def flag(name: str) -> object:  # None: the command has no such flag or it was not given
         return getattr(args, name, None)
-    return Settings.from_env().with_overrides(
+    # Groups are prefixed after --topic-prefix is applied, so the flag prefixes them too.
+    return Settings.from_env(prefix_groups=False).with_overrides(
         kafka={"bootstrap": flag("bootstrap"), "topic_prefix": flag("topic_prefix")},
         store={"endpoint": flag("s3_endpoint"), "bucket": flag("bucket")},
         engine={"name": flag("engine")},
         worker={"max_inflight": flag("max_inflight"), "max_batch": flag("max_batch"),
                 "instance_id": flag("instance_id"), "metrics_port": flag("metrics_port")},
-    )
+    ).with_prefixed_groups(os.environ)
 
 
 def cmd_dev(args: argparse.Namespace) -> int:

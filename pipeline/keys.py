@@ -49,5 +49,9 @@ def job_subtitles_key(job_id: str) -> str:
     return job_prefix(job_id) + "subtitles.srt"
 
 
+def job_vtt_key(job_id: str) -> str:
+    return job_prefix(job_id) + "subtitles.vtt"
+
+
 def job_track_key(job_id: str, fmt: str) -> str:
     return job_prefix(job_id) + f"track.{fmt}"

@@ -80,10 +80,14 @@ class ErrorInfo(_Event):
 
 class Quality(_Event):
     """Signals about one output: cosine similarity of its speaker embedding with the
-    reference's (GE2E, -1..1; None where not measured) and named warnings."""
+    reference's (GE2E, -1..1; None where not measured), the integrated loudness of the
+    delivered audio (after normalisation) and of the engine's output before it, and named
+    warnings. `loudness_input_lufs` is a v1 addition; readers that knew only
+    `loudness_lufs` now read the delivered level there."""
 
     speaker_similarity: float | None = None
     loudness_lufs: float | None = None
+    loudness_input_lufs: float | None = None
     warnings: list[str] = msgspec.field(default_factory=list)
 
 
@@ -132,6 +136,9 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
 
     `missing` lists the indices that never answered (the job closed on its timeout);
     `track` is the whole job as one audio object when the script asked for it (concat).
+    v1 additions: `subtitles_url` (presigned, like the clips' `url`), the WebVTT twin
+    `subtitles_vtt` / `subtitles_vtt_url`, and `gap_ms`, the silence the timeline puts
+    between neighbouring clips.
     """
 
     job_id: str
@@ -144,6 +151,10 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     subtitles: str | None = None
     missing: list[int] = msgspec.field(default_factory=list)
     track: AudioRef | None = None
+    subtitles_url: str | None = None
+    subtitles_vtt: str | None = None
+    subtitles_vtt_url: str | None = None
+    gap_ms: int | None = None
 
 
 class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):

@@ -178,7 +178,30 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
                        "order; the subtitles' cue times",
     },
     ("JobCompleted", "missing"): {
-        "description": "indices never answered before the job's timeout (status partial)",
+        "description": "indices never answered before the job's timeout; a line answered "
+                       "failed, rejected, expired or cancelled is in clips, not here",
+    },
+    ("JobCompleted", "status"): {
+        "description": "succeeded: every line succeeded; failed: none did; partial: some "
+                       "did (the rest failed, were rejected, expired, cancelled or missing)",
+    },
+    ("JobCompleted", "subtitles_url"): {
+        "description": "presigned GET URL of the .srt (valid VF_PRESIGN_SECONDS, as clips' "
+                       "url)",
+    },
+    ("JobCompleted", "subtitles_vtt"): {
+        "pattern": S3_URI_PATTERN, "description": "s3:// key of the same cues as WebVTT",
+    },
+    ("JobCompleted", "subtitles_vtt_url"): {"description": "presigned GET URL of the .vtt"},
+    ("JobCompleted", "gap_ms"): {
+        "minimum": 0, "description": "silence between neighbouring clips on the timeline",
+    },
+    ("Quality", "loudness_lufs"): {
+        "description": "integrated loudness (ITU-R BS.1770) of the delivered audio, after "
+                       "normalisation to VF_LOUDNESS_LUFS",
+    },
+    ("Quality", "loudness_input_lufs"): {
+        "description": "integrated loudness of the engine's output before normalisation",
     },
     ("JobCompleted", "track"): {
         "description": "the whole job as one audio object (scripts with concat)",

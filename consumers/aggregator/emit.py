@@ -5,7 +5,8 @@ Flow of `JobEmitter.emit(state)`:
     1. jobs/{id}/job.json exists with an outbox note (partition, offset)?
          -> scan tts.jobs from that offset for the job's key; found: already out, stop
     2. read jobs/{id}/script.json (texts, gap, concat; absent: metadata.text, VF_JOB_GAP_MS)
-    3. put jobs/{id}/subtitles.srt; with concat, assemble and put jobs/{id}/track.{fmt}
+    3. put jobs/{id}/subtitles.srt and its WebVTT twin subtitles.vtt (both presigned into
+       the event, as clips are); with concat, assemble and put jobs/{id}/track.{fmt}
     4. note the end offset of the job's tts.jobs partition, put job.json with that note
     5. produce the event to that partition and wait for acks=all
 
@@ -39,9 +40,15 @@ from consumers.settings import Settings
 from pipeline.assembly import assemble
 from pipeline.audio import decode
 from pipeline.encode import CONTENT_TYPES, encode
-from pipeline.keys import job_json_key, job_script_key, job_subtitles_key, job_track_key
+from pipeline.keys import (
+    job_json_key,
+    job_script_key,
+    job_subtitles_key,
+    job_track_key,
+    job_vtt_key,
+)
 from pipeline.storage import ObjectStore
-from pipeline.subtitles import cues, render_srt
+from pipeline.subtitles import cues, render_srt, render_vtt
 from topics.events import AudioRef, JobCompleted, decode_job
 from topics.events import encode as encode_event
 from topics.partitioning import partition_for
@@ -109,16 +116,21 @@ class JobEmitter:
             self._settings.aggregator.job_gap_ms
         completed_at = datetime.now(UTC).isoformat(timespec="milliseconds").replace(
             "+00:00", "Z")
-        draft = build_job(state, manifest=manifest, gap_s=gap_ms / 1000,
-                          completed_at=completed_at)
-        srt_key = job_subtitles_key(state.job_id)
-        srt = render_srt(cues(draft.timeline, clip_texts(state, manifest)))
-        self._store.put(srt_key, srt.encode(), "application/x-subrip")
+        draft = build_job(state, manifest=manifest, gap_ms=gap_ms, completed_at=completed_at)
+        made = cues(draft.timeline, clip_texts(state, manifest))
+        srt_key, vtt_key = job_subtitles_key(state.job_id), job_vtt_key(state.job_id)
+        self._store.put(srt_key, render_srt(made).encode(), "application/x-subrip")
+        self._store.put(vtt_key, render_vtt(made).encode(), "text/vtt")
         track = None
         if manifest is not None and manifest.concat and draft.timeline:
             track = self._write_track(draft, manifest)
-        return msgspec.structs.replace(draft, subtitles=f"s3://{self._store.bucket}/{srt_key}",
-                                       track=track)
+        ttl = self._settings.store.presign_seconds
+        bucket = self._store.bucket
+        return msgspec.structs.replace(
+            draft, subtitles=f"s3://{bucket}/{srt_key}",
+            subtitles_url=self._store.presign(srt_key, ttl),
+            subtitles_vtt=f"s3://{bucket}/{vtt_key}",
+            subtitles_vtt_url=self._store.presign(vtt_key, ttl), track=track)
 
     def _manifest(self, job_id: str) -> JobManifest | None:
         raw = self._store.get(job_script_key(job_id))

@@ -217,21 +217,23 @@ def clip_texts(state: JobState, manifest: JobManifest | None) -> dict[int, str]:
     return texts
 
 
-def build_job(state: JobState, *, manifest: JobManifest | None, gap_s: float,
+def build_job(state: JobState, *, manifest: JobManifest | None, gap_ms: int,
               completed_at: str, subtitles: str | None = None,
               track: AudioRef | None = None) -> JobCompleted:
-    """The job event: clips in index order; the timeline holds the clips that have audio."""
+    """The job event: clips in index order; the timeline holds the clips that have audio,
+    `gap_ms` apart (and says so in the event's `gap_ms`)."""
     texts = clip_texts(state, manifest)
     clips = [JobClip(index=i, request_id=c.request_id, voice_id=c.voice_id,
                      text=texts.get(i, ""), status=c.status,
                      duration_s=c.audio.duration_s if c.audio else 0.0,
                      audio=c.audio, error=c.error)
              for i, c in sorted(state.clips.items())]
-    timeline = lay_out([(c.index, c.duration_s) for c in clips if c.audio is not None], gap_s)
+    timeline = lay_out([(c.index, c.duration_s) for c in clips if c.audio is not None],
+                       gap_ms / 1000)
     return JobCompleted(job_id=state.job_id, status=job_status(state), total=state.total,
                         clips=clips, timeline=timeline, completed_at=completed_at,
                         duration_s=timeline[-1].end_s if timeline else 0.0,
-                        subtitles=subtitles, track=track,
+                        subtitles=subtitles, track=track, gap_ms=gap_ms,
                         missing=[i for i in range(state.total) if i not in state.clips])
 
 
