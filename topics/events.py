@@ -29,9 +29,13 @@ class _Event(msgspec.Struct, omit_defaults=True, kw_only=True):
 
 
 class JobRef(_Event):
+    """A request's place in a job. `version` (v1 addition, absent: 1) is the job's revision
+    the request belongs to: a revision re-produces only changed or failed lines."""
+
     id: str
     index: int
     total: int
+    version: int | None = None
 
 
 class SynthesisRequest(_Event, tag_field="schema", tag=REQUEST_SCHEMA):
@@ -113,7 +117,9 @@ class SynthesisResult(_Event, tag_field="schema", tag=RESULT_SCHEMA):
 
 
 class JobClip(_Event):
-    """One line of a job as the aggregator saw its result; `text` is the script's line."""
+    """One line of a job as the aggregator saw its result; `text` is the script's line;
+    `version` (v1 addition) is the job version whose request produced it, lower than the
+    event's own for a clip carried over unchanged from an earlier version."""
 
     index: int
     request_id: str
@@ -123,6 +129,7 @@ class JobClip(_Event):
     duration_s: float = 0.0
     audio: AudioRef | None = None
     error: ErrorInfo | None = None
+    version: int | None = None
 
 
 class ClipSpan(_Event):
@@ -137,8 +144,9 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     `missing` lists the indices that never answered (the job closed on its timeout);
     `track` is the whole job as one audio object when the script asked for it (concat).
     v1 additions: `subtitles_url` (presigned, like the clips' `url`), the WebVTT twin
-    `subtitles_vtt` / `subtitles_vtt_url`, and `gap_ms`, the silence the timeline puts
-    between neighbouring clips.
+    `subtitles_vtt` / `subtitles_vtt_url`, `gap_ms`, the silence the timeline puts
+    between neighbouring clips, and `version`: a job keeps its ID across revisions and
+    has one event per version (absent: 1).
     """
 
     job_id: str
@@ -155,6 +163,7 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     subtitles_vtt: str | None = None
     subtitles_vtt_url: str | None = None
     gap_ms: int | None = None
+    version: int | None = None
 
 
 class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):

@@ -140,6 +140,9 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("JobRef", "index"): {"minimum": 0, "description": "0-based, less than total"},
     ("JobRef", "total"): {"minimum": 1},
+    ("JobRef", "version"): {
+        "minimum": 1, "description": "the job's revision this request belongs to; absent: 1",
+    },
     ("VoiceRegistration", "voice_id"): {
         "minLength": 1, "maxLength": VOICE_ID_MAX, "pattern": ID_PATTERN,
     },
@@ -207,6 +210,14 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
         "description": "the whole job as one audio object (scripts with concat)",
     },
     ("JobClip", "index"): {"minimum": 0},
+    ("JobClip", "version"): {
+        "minimum": 1, "description": "the job version whose request produced this clip; "
+                                     "lower than the event's version when carried over",
+    },
+    ("JobCompleted", "version"): {
+        "minimum": 1, "description": "a job keeps its ID across revisions, with one event "
+                                     "per version; absent: 1",
+    },
     ("ClipSpan", "index"): {"minimum": 0},
     ("ClipSpan", "start_s"): {"minimum": 0},
     ("ClipSpan", "end_s"): {"minimum": 0},

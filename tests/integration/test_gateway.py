@@ -316,10 +316,11 @@ async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings
                                  headers={"Authorization": f"Bearer {api_key}"}) as http:
         created = await http.post("/v1/jobs", json=script)
         assert created.status_code == 202 and created.json()["total"] == 2
+        assert (created.json()["status"], created.json()["version"]) == ("queued", 1)
         status = await http.get("/v1/jobs/http-job-1")
         assert status.json() == {"id": "http-job-1", "object": "job", "status": "running",
-                                 "total": 2, "done": 0, "succeeded": 0, "failed": 0,
-                                 "progress_complete": True}
+                                 "version": 1, "total": 2, "carried": 0, "done": 0,
+                                 "succeeded": 0, "failed": 0, "progress_complete": True}
         await _answer_line(gw_settings, "http-job-1", 1, total=2, voice=voice)
         status = await http.get("/v1/jobs/http-job-1")
         assert (status.json()["done"], status.json()["succeeded"]) == (1, 1)

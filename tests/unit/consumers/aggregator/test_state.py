@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import msgspec
 import pytest
 
 from consumers.aggregator.state import (
@@ -20,6 +21,8 @@ from consumers.aggregator.state import (
     job_status,
     merge,
     merge_result,
+    needs_opening,
+    open_version,
     ready,
 )
 from topics.events import AudioRef, ErrorInfo, JobRef, Status, SynthesisResult, encode
@@ -224,3 +227,37 @@ def test_a_result_claiming_an_absurd_total_is_invalid(total: int) -> None:
 def test_a_clip_of_impossible_duration_is_invalid(duration: float) -> None:
     # Laid out in the timeline and the subtitles, it made every close of the job fail.
     assert merge_result(None, result(0, total=1, duration=duration), 100.0).outcome == "invalid"
+
+
+def _v(index: int, version: int, total: int = 3,
+       status: Status = "succeeded") -> SynthesisResult:
+    r = result(index, total=total, status=status, request_id=f"ep1-v{version}-{index:04d}")
+    assert r.job is not None
+    return msgspec.structs.replace(r, job=msgspec.structs.replace(r.job, version=version))
+
+
+def test_versions_open_after_the_last_is_emitted_and_older_or_early_answers_are_dropped() -> None:
+    v1 = fold([result(0), result(1), result(2, status="rejected")])
+    assert v1 is not None and v1.complete and v1.version == 1
+    # Version 2 while version 1 is still open: early, dropped (the client never does this).
+    assert merge_result(v1, _v(2, 2), 5.0) == (None, "early")
+    marker = emitted_marker(v1, "partial", 5.0)
+    assert marker.version == 1 and needs_opening(marker, _v(2, 2))
+    assert not needs_opening(marker, result(2)) and not needs_opening(None, result(0))
+    manifest = JobManifest(job_id="ep1", total=3, lines=[], created_at="t", version=2,
+                           base_version=1, carried=build_job(
+                               v1, manifest=None, gap_ms=0, completed_at="t").clips[:2])
+    opened = open_version("ep1", 2, manifest, 6.0)
+    assert opened is not None and sorted(opened.clips) == [0, 1] and not opened.complete
+    assert open_version("ep1", 3, manifest, 6.0) is None  # another version's manifest
+    state, outcome = merge_result(opened, _v(2, 2), 7.0)
+    assert outcome == "merged" and state is not None and state.complete
+    job = build_job(state, manifest=None, gap_ms=0, completed_at="t")
+    assert (job.version, job.status, [c.version for c in job.clips]) == (2, "succeeded",
+                                                                          [1, 1, 2])
+    # A redelivered version-1 answer after version 2 opened is late, not a replacement.
+    assert merge_result(state, result(2), 8.0) == (None, "late")
+    # Without a manifest a newer version opens empty over the marker and waits for all.
+    bare, outcome = merge_result(marker, _v(0, 2), 9.0)
+    assert outcome == "merged" and bare is not None and bare.version == 2 and \
+        not bare.complete
