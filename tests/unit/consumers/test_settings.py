@@ -28,6 +28,18 @@ def test_environment_overrides_and_types() -> None:
     assert s.store.secret_key.reveal() == "hunter2"
 
 
+def test_the_topic_prefix_also_prefixes_consumer_groups_that_are_not_set() -> None:
+    s = Settings.from_env({"VF_TOPIC_PREFIX": "staging."})
+    assert (s.worker.group_id, s.gateway.group_id) == ("staging.vf-synth", "staging.vf-gateway")
+    # A group that is set is used as given, even when it equals the default.
+    s = Settings.from_env({"VF_TOPIC_PREFIX": "staging.", "VF_GROUP_ID": "vf-synth",
+                           "VF_GATEWAY_GROUP_ID": "gw"})
+    assert (s.worker.group_id, s.gateway.group_id) == ("vf-synth", "gw")
+    # A child process started with to_env() reads back the same groups, not a double prefix.
+    s = Settings.from_env({"VF_TOPIC_PREFIX": "staging."})
+    assert Settings.from_env(s.to_env()) == s
+
+
 def test_secrets_never_print() -> None:
     s = Settings.from_env({"VF_S3_SECRET_KEY": "hunter2", "VF_KAFKA_SASL_PASSWORD": "pw"})
     assert "hunter2" not in repr(s) and "pw'" not in repr(s)
