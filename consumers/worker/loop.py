@@ -61,6 +61,7 @@ from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher
+from consumers.worker.errors import FatalPublishError
 from consumers.worker.fleet import StatusReporter
 from consumers.worker.gate import BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
@@ -70,6 +71,7 @@ from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
 from consumers.worker.shape import WorkerShape
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
+from pipeline.storage import ObjectStore
 from pipeline.synthesis import Outcome, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
@@ -85,7 +87,8 @@ class SynthesisWorker(WorkerLifecycle):
                  commit_interval_s: float = 0.5, device_gate: LaneGate | None = None,
                  engine_ready: Callable[[], bool] | None = None,
                  warm_up: Callable[[], None] | None = None,
-                 hot_voices: Callable[[], list[str]] = list) -> None:
+                 hot_voices: Callable[[], list[str]] = list,
+                 store: ObjectStore | None = None) -> None:
         s = settings.worker
         self._settings = settings
         self._processor = processor
@@ -104,6 +107,8 @@ class SynthesisWorker(WorkerLifecycle):
         self._warm_up = warm_up
         self._warming = False
         self._hot_voices = hot_voices
+        self._store = store  # keeps the values of dead letters too big to carry inline
+        self.fatal: KafkaError | None = None  # the producer's fatal error, once it came
         self._commit_interval_s = commit_interval_s
         self.retry = RetryPolicy(max_attempts=s.max_attempts,
                                  storage_retry_s=s.storage_retry_seconds,
@@ -159,6 +164,19 @@ class SynthesisWorker(WorkerLifecycle):
                 raise
             await self._stopping.wait()
         log.info("worker stopped after %d requests", self.processed)
+        if self.fatal is not None:  # `voicefactory worker` exits 1
+            raise FatalPublishError(self.fatal)
+
+    def _on_fatal(self, exc: KafkaError) -> None:
+        """The producer can publish nothing more: readiness drops (lifecycle.py reads
+        `fatal`), then the worker drains what it can and run() raises."""
+        if self.fatal is not None:
+            return
+        self.fatal = exc
+        log.critical("the producer can publish nothing more (%s: %s): stopping the worker; "
+                     "unanswered records stay uncommitted for the next owner",
+                     type(exc).__name__, exc)
+        self._stopping.set()
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         s = self._settings.worker
@@ -190,11 +208,13 @@ class SynthesisWorker(WorkerLifecycle):
         startup.push_stop(stack, "control reader", reader.stop, logger=log)
         startup.push_stop(stack, "group consumer", consumer.stop, logger=log)
         self._consumer = consumer
+        publisher = Publisher(producer=producer, names=self._names, store=self._store,
+                              on_fatal=self._on_fatal, store_retry_s=s.storage_retry_seconds)
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
-                                     publisher=Publisher(producer=producer, names=self._names))
+                                     publisher=publisher)
         self.streams = StreamRunner(
             chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
-                                  metrics=self.metrics),
+                                  metrics=self.metrics, on_fatal=self._on_fatal),
             processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics,
             names=self._names, threads=self._threads, checker=self.cancels.checker)
         fleet = StatusReporter(worker_id=s.instance_id, producer=producer, consumer=consumer,
@@ -434,7 +454,7 @@ class SynthesisWorker(WorkerLifecycle):
                ctx: Mapping[str, Any] | None = None) -> None:
         """A task of the answer path (publishing, a retry timer): kept to cancel at the
         drain, and logged with the record's `ctx` if it dies, since nobody awaits it."""
-        task = asyncio.create_task(coro)
+        task = asyncio.create_task(_fatal_logged_once(coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         startup.watch(task, logger=log, what=getattr(coro, "__qualname__", "worker task"),
@@ -447,3 +467,9 @@ class SynthesisWorker(WorkerLifecycle):
             await asyncio.sleep(self._commit_interval_s)
             await self._cp.commit()  # step 4
             self._cp.update_lag()
+
+
+async def _fatal_logged_once(coro: Coroutine[Any, Any, None]) -> None:
+    """An answer cut short by a fatal producer error: _on_fatal logged it once already."""
+    with contextlib.suppress(FatalPublishError):
+        await coro

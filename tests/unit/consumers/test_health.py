@@ -281,7 +281,8 @@ async def test_worker_readyz_reports_the_engine_state_not_a_constant(
         reply = await get(srv.port, "/readyz")
         assert reply.status == 503
         assert reply.json()["checks"] == {"engine_loaded": False, "broker": True,
-                                          "store": True, "assignment": True, "draining": False}
+                                          "store": True, "assignment": True, "draining": False,
+                                          "producer_fatal": False}
         loaded = True
         reply = await get(srv.port, "/readyz")
         assert reply.status == 200
