@@ -29,7 +29,7 @@ import time
 from typing import Any, Literal
 
 import msgspec
-from aiokafka import ConsumerRecord
+from aiokafka import ConsumerRecord, TopicPartition
 
 from consumers.worker.errors import Backoff, OnFatal, Undeliverable, deliver
 from pipeline.answers import now_iso
@@ -63,6 +63,19 @@ def dead_letter(rec: ConsumerRecord[bytes, bytes], reason: str) -> DeadLetter:
         value_b64=_b64(value),
         headers=[(k, None if v is None else _b64(v)) for k, v in rec.headers],
         value_bytes=len(value), value_sha256=hashlib.sha256(value).hexdigest())
+
+
+def unreadable_letter(tp: TopicPartition, offset: int,
+                      reason: str) -> tuple[ConsumerRecord[bytes, bytes], DeadLetter]:
+    """A stand-in record and the dead letter of a record the client could not read at all
+    (unreadable.py): where it is and why, nothing of its bytes."""
+    rec: ConsumerRecord[bytes, bytes] = ConsumerRecord(
+        topic=tp.topic, partition=tp.partition, offset=offset, timestamp=-1, timestamp_type=0,
+        key=None, value=None, checksum=None, serialized_key_size=-1,
+        serialized_value_size=-1, headers=[])
+    return rec, DeadLetter(topic=tp.topic, partition=tp.partition, offset=offset,
+                           reason=reason, failed_at=now_iso(),
+                           omitted=["headers", "key", "value"])
 
 
 def inline_limit(max_request_size: int) -> int:

@@ -61,6 +61,7 @@ from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher
+from consumers.worker.deadletters import unreadable_letter
 from consumers.worker.errors import FatalPublishError
 from consumers.worker.fleet import StatusReporter
 from consumers.worker.gate import BatchThreads, LaneGate
@@ -71,6 +72,7 @@ from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
 from consumers.worker.shape import WorkerShape
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
+from consumers.worker.unreadable import UnreadableRecords
 from pipeline.storage import ObjectStore
 from pipeline.synthesis import Outcome, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
@@ -298,6 +300,9 @@ class SynthesisWorker(WorkerLifecycle):
                 log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(0.5)
                 continue
+            except UnicodeDecodeError as exc:  # a record aiokafka cannot parse: unreadable.py
+                await self._unreadable(consumer).recover(exc)
+                continue
             self._last_fetch_ok = time.monotonic()
             for tp, records in batches.items():
                 if not cp.owns(tp):
@@ -305,6 +310,23 @@ class SynthesisWorker(WorkerLifecycle):
                 for rec in records:
                     self._accept(tp, rec)
             lanes.report_depth(self.metrics, self.batcher)
+
+    def _unreadable(self, consumer: Any) -> UnreadableRecords:
+        def dead_letter(tp: TopicPartition, offset: int, why: str) -> None:
+            if not self._cp.begin(tp, offset):
+                return
+            self.metrics.on_request_in()
+            self.metrics.on_dlq(ErrorCode.INVALID_JSON.value)
+            rec, dlq = unreadable_letter(tp, offset, why)
+            self._spawn(self._cp.answer(tp, rec, dlq=dlq),
+                        {"partition": tp.partition, "offset": offset})
+
+        def accept(tp: TopicPartition, rec: ConsumerRecord[bytes, bytes]) -> None:
+            if self._cp.owns(tp):
+                self._accept(tp, rec)
+
+        return UnreadableRecords(consumer=consumer, resume=self._cp.resume_offset,
+                                 accept=accept, dead_letter=dead_letter)
 
     def _accept(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes]) -> None:
         ctx = {"partition": rec.partition, "offset": rec.offset}

@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import random
 import shutil
+import subprocess
 import time
 import uuid
 
@@ -20,8 +21,9 @@ from consumers.wiring import make_store
 from tests.integration.conftest import RunningWorker
 from tests.integration.test_contract import _kcat_produce
 from tests.integration.test_worker import _read_all
+from tests.integration.workers import wait_for_answers
 from topics.admin import admin_client
-from topics.events import SynthesisRequest
+from topics.events import SynthesisRequest, encode
 from topics.partitioning import partition_for
 from topics.specs import REQUESTS, topic_names
 
@@ -68,3 +70,46 @@ async def test_a_900_kb_non_json_record_is_dead_lettered_by_reference_and_passed
     stored = make_store(settings.store).get(key)
     assert stored is not None and hashlib.sha256(stored).hexdigest() == dlq["value_sha256"]
     assert stored == value
+
+
+def _kcat(settings: Settings, topic: str, partition: int, key: str, value: bytes,
+          header: bytes | None = None) -> None:
+    args = [b"kcat", b"-P", b"-b", settings.kafka.bootstrap.encode(), b"-t", topic.encode(),
+            b"-p", str(partition).encode(), b"-k", key.encode()]
+    if header is not None:  # argv bytes: kcat writes them as the header, unchecked
+        args += [b"-H", header]
+    subprocess.run(args, input=value + b"\n", check=True, timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+async def test_a_header_name_that_is_not_utf8_is_dead_lettered_and_nothing_around_it_lost(
+        settings: Settings, voice: str) -> None:
+    """aiokafka raises UnicodeDecodeError on every fetch of such a record, and drops what
+    it had drained of other partitions in the same call: all of it must be answered."""
+    names = topic_names(settings.kafka.topic_prefix)
+    tp = TopicPartition(names.requests, partition_for(voice, REQUESTS.partitions))
+    other = (tp.partition + 1) % REQUESTS.partitions
+
+    def request(tag: str) -> SynthesisRequest:
+        return SynthesisRequest(request_id=f"{tag}-{uuid.uuid4().hex[:8]}", voice_id=voice,
+                                text=f"Line {tag}.", language="en")
+
+    before, after, elsewhere = request("before"), request("after"), request("elsewhere")
+    _kcat(settings, names.requests, other, voice, encode(elsewhere))
+    _kcat(settings, names.requests, tp.partition, voice, encode(before))
+    _kcat(settings, names.requests, tp.partition, voice, b"\xff not json",
+          header=b"\xff\xfe-name=v")
+    _kcat(settings, names.requests, tp.partition, voice, encode(after))
+    async with RunningWorker(settings):
+        wanted = [before, after, elsewhere]
+        answered = await wait_for_answers(settings, {r.request_id for r in wanted}, 90)
+        assert {r.request_id: r.status for r in answered} == {
+            r.request_id: "succeeded" for r in wanted}
+        deadline = time.monotonic() + 30
+        while await _committed(settings, tp) < 3 and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.5)
+        assert await _committed(settings, tp) == 3
+    [dlq] = [orjson.loads(v) for v in await _read_all(settings, names.dlq)]
+    assert (dlq["topic"], dlq["partition"], dlq["offset"]) == (names.requests, tp.partition, 1)
+    assert dlq["omitted"] == ["headers", "key", "value"]
+    assert "kcat -C" in dlq["reason"]
