@@ -10,11 +10,13 @@ import shutil
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import orjson
 import pytest
 from aiokafka import TopicPartition
 
+import voicefactory
 from consumers.clients.produce import request_and_wait
 from consumers.settings import Settings
 from consumers.wiring import make_store
@@ -43,7 +45,8 @@ async def _committed(settings: Settings, tp: TopicPartition) -> int:
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
 async def test_a_900_kb_non_json_record_is_dead_lettered_by_reference_and_passed(
-        settings: Settings, voice: str) -> None:
+        settings: Settings, voice: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     names = topic_names(settings.kafka.topic_prefix)
     tp = TopicPartition(names.requests, partition_for(voice, REQUESTS.partitions))
     # 900 KB of bytes that are not UTF-8, without kcat's line and key delimiters.
@@ -70,6 +73,17 @@ async def test_a_900_kb_non_json_record_is_dead_lettered_by_reference_and_passed
     stored = make_store(settings.store).get(key)
     assert stored is not None and hashlib.sha256(stored).hexdigest() == dlq["value_sha256"]
     assert stored == value
+    # ... and the way back for an operator: `voicefactory dlq get`.
+    for name, setting in settings.to_env().items():
+        monkeypatch.setenv(name, setting)
+    out = tmp_path / "value.bin"
+    get = ["dlq", "get", names.requests, str(tp.partition), "0", "--out", str(out)]
+    assert await asyncio.to_thread(voicefactory.main, get) == 0
+    assert out.read_bytes() == value
+    assert dlq["value_sha256"] in capsys.readouterr().out
+    get[4] = "1"  # the request after it was answered, not dead-lettered: nothing stored
+    assert await asyncio.to_thread(voicefactory.main, get) == 1
+    assert "no stored value at" in capsys.readouterr().err
 
 
 def _kcat(settings: Settings, topic: str, partition: int, key: str, value: bytes,
