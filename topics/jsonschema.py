@@ -215,7 +215,7 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("DeadLetter", "value_prefix_b64"): {
         "contentEncoding": "base64",
-        "description": "the value's first bytes (up to 256), base64, when value_b64 is empty",
+        "description": "the value's first bytes (up to 64), base64, when value_b64 is empty",
     },
     ("DeadLetter", "omitted"): {
         "description": "parts of the original carried neither inline nor by reference "

@@ -2,6 +2,8 @@
 
     dead_letter(rec, reason): the whole original inline (key, value, headers in base64, a
         null header value as null), with the value's size and sha256
+    unreadable_letter(tp, offset, reason): for a record the client could not parse
+        (unreadable.py): where it is and why, `omitted` naming key, value and headers
     DeadLetters.publish(rec, dlq), one stage after the other until one is acknowledged:
       1. inline      the record as given, when its estimated size is within `inline_limit`
                      (half the producer's max_request_size: base64, the Kafka key and
@@ -40,7 +42,7 @@ from topics.events import DeadLetter, encode
 
 log = logging.getLogger(__name__)
 
-PREFIX_BYTES = 256  # of a value kept by reference or truncated: enough to recognise it
+PREFIX_BYTES = 64  # of a value kept by reference or truncated: enough to recognise it
 _REASON_HEADER = "vf-reason"
 _HEADER_OVERHEAD = 16  # varints and attributes per Kafka header, generously
 _RECORD_OVERHEAD = 512  # record and batch framing, generously
