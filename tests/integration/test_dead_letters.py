@@ -127,3 +127,18 @@ async def test_a_header_name_that_is_not_utf8_is_dead_lettered_and_nothing_aroun
     assert (dlq["topic"], dlq["partition"], dlq["offset"]) == (names.requests, tp.partition, 1)
     assert dlq["omitted"] == ["headers", "key", "value"]
     assert "kcat -C" in dlq["reason"]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+async def test_a_null_header_value_is_dead_lettered_as_null(settings: Settings,
+                                                             voice: str) -> None:
+    names = topic_names(settings.kafka.topic_prefix)
+    partition = partition_for(voice, REQUESTS.partitions)
+    _kcat(settings, names.requests, partition, voice, b"\xff not json", header=b"nothing")
+    after = SynthesisRequest(request_id=f"after-{uuid.uuid4().hex[:8]}", voice_id=voice,
+                             text="Served after a null header.", language="en")
+    async with RunningWorker(settings):
+        results = await request_and_wait(settings, [after], timeout_s=90)
+    assert results[after.request_id].status == "succeeded"
+    [dlq] = [orjson.loads(v) for v in await _read_all(settings, names.dlq)]
+    assert dlq["headers"] == [["nothing", None]]
