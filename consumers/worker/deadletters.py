@@ -8,11 +8,13 @@
       1. inline      the record as given, when its estimated size is within `inline_limit`
                      (half the producer's max_request_size: base64, the Kafka key and
                      headers and the batch all need room)
-      2. by ref      the value stored as the object dlq/<topic>/<partition>/<offset>.bin
+      2. trimmed     the value is small and the key or headers are what is too big: the
+                     value stays inline, and what does not fit is left out (`omitted`)
+         by ref      else the value stored as the object dlq/<topic>/<partition>/<offset>.bin
                      (pipeline.keys; sha256 in its metadata); the record carries value_ref,
                      value_sha256, value_bytes and a short prefix; the key and headers stay
                      inline while they fit, else `omitted` names them
-      3. truncated   no store, or the store refused for `store_retry_s`: the prefix and the
+         truncated   no store, or the store refused for `store_retry_s`: the prefix and the
                      sha256 only, `omitted` names the value
       4. minimal     where the record came from, why, sizes and hashes: a few hundred bytes
     Each send goes through errors.deliver: a retriable error backs off and sends again, a
@@ -112,12 +114,16 @@ class DeadLetters:
         if fits and await self._send("inline", rec, dlq, rec.key, headers):
             return "inline"
         value = rec.value or b""
-        ref = await self._stored(rec, value)
-        smaller = msgspec.structs.replace(
-            dlq, value_b64="", value_ref=ref, value_prefix_b64=_b64(value[:PREFIX_BYTES]),
-            value_bytes=len(value), value_sha256=hashlib.sha256(value).hexdigest(),
-            omitted=[] if ref is not None else ["value"])
-        stage = "by ref" if ref is not None else "truncated"
+        if not fits and 4 * len(value) // 3 + 4 <= self.limit // 2:
+            # The key or the headers are what is too big: the value stays inline.
+            smaller, stage = dlq, "trimmed"
+        else:
+            ref = await self._stored(rec, value)
+            smaller = msgspec.structs.replace(
+                dlq, value_b64="", value_ref=ref, value_prefix_b64=_b64(value[:PREFIX_BYTES]),
+                value_bytes=len(value), value_sha256=hashlib.sha256(value).hexdigest(),
+                omitted=[] if ref is not None else ["value"])
+            stage = "by ref" if ref is not None else "truncated"
         fitted, key, kafka_headers = self._fit(rec, smaller)
         if await self._send(stage, rec, fitted, key, kafka_headers):
             return stage
@@ -126,7 +132,9 @@ class DeadLetters:
             dropped.add("key")
         if rec.headers:
             dropped.add("headers")
-        minimal = msgspec.structs.replace(smaller, key_b64=None, headers=[],
+        if value and smaller.value_ref is None:
+            dropped.add("value")
+        minimal = msgspec.structs.replace(smaller, key_b64=None, headers=[], value_b64="",
                                           value_prefix_b64=None, omitted=sorted(dropped))
         if await self._send("minimal", rec, minimal, None,
                             [(_REASON_HEADER, dlq.reason.encode()[:512])]):

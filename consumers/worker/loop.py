@@ -1,7 +1,8 @@
 """The synthesis worker: `tts.requests[.interactive]` -> audio objects + `tts.results`.
 
     fetch loop (here): step 0, Checkpoint.begin (offset pending, record in flight)
-        │ undecodable / invalid ──> DLQ record / rejected result ─────────────┐
+        │ unreadable by aiokafka (unreadable.py) ──> DLQ record ──────────────┐
+        │ undecodable / invalid ──> DLQ record / rejected result ─────────────┤
         │ cancelled (cancellation.py) ──> cancelled result ───────────────────┤
         │ valid: InFlightRequest (inflight.py), lane from its topic           │
         v                                                                     │
@@ -16,7 +17,9 @@
         │ result, or a failed result + DLQ record once the policy gives up    │
         v                                                                     v
     Checkpoint.answer (checkpoint.py): step 2, Publisher (publisher.py) sends and waits
-        for acks=all -> step 3, offset done (OffsetTracker, offsets.py)
+        for acks=all -> step 3, offset done (OffsetTracker, offsets.py); a record the
+        broker can never take gets a smaller answer (deadletters.py), a fatal producer
+        error (errors.py) -> _on_fatal: /readyz drops, stop, run() raises (exit 1)
     ("stream": true: each on its own through StreamRunner (streams.py), chunks to
     tts.audio as they come, the final chunk record acknowledged before step 2)
         │

@@ -191,6 +191,16 @@ async def test_huge_headers_and_key_are_left_out_and_named() -> None:
     assert [name for name, _ in producer.sent[0].headers] == ["vf-reason"]
 
 
+async def test_a_small_value_stays_inline_when_its_headers_are_too_big() -> None:
+    producer, store = SizedProducer(), FakeStore()
+    rec = incoming(b"\xff small", headers=[("big", b"h" * LIMIT)])
+    await publisher(producer, store).publish(rec, dlq=dead_letter(rec, "invalid_json"))
+    [dlq] = dlq_sent(producer)
+    assert base64.b64decode(str(dlq["value_b64"])) == b"\xff small"
+    assert dlq["omitted"] == ["headers"] and "value_ref" not in dlq
+    assert store.objects == {} and producer.sent[0].key == b"voice-1"
+
+
 async def test_a_store_that_keeps_failing_leaves_the_prefix_and_the_hash() -> None:
     producer = SizedProducer()
     store = FakeStore(failures=1000)
