@@ -23,3 +23,12 @@ def test_path_like_ids_never_reach_a_key(bad: str) -> None:
 def test_voice_keys() -> None:
     assert keys.voice_json_key("alice") == "voices/alice/voice.json"
     assert keys.voice_reference_key("alice", "flac") == "voices/alice/reference.flac"
+
+
+def test_dlq_value_key_names_where_the_record_came_from_and_nothing_path_like() -> None:
+    assert keys.dlq_value_key("t1.tts.requests", 7, 0) == "dlq/t1.tts.requests/7/0.bin"
+    for topic in ("../x", "a/b", ""):
+        with pytest.raises(ValueError):
+            keys.dlq_value_key(topic, 0, 0)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        keys.dlq_value_key("tts.requests", 0, -1)
