@@ -253,6 +253,22 @@ def cmd_results(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from consumers.clients.dlq import NotStored, stored_value
+    from consumers.wiring import make_store
+
+    store = make_store(_settings(args).store)
+    try:
+        value = stored_value(store, args.topic, args.partition, args.offset)
+    except NotStored as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    Path(args.out).write_bytes(value.data)
+    print(f"wrote {len(value.data)} bytes from {value.ref} to {args.out} "
+          f"(sha256 {value.sha256})")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voicefactory",
@@ -303,6 +319,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "/readyz (VF_STUCK_PARTITION_SECONDS, default 120)")
     worker.add_argument("--log-format", choices=["json", "text"], default="json")
     worker.set_defaults(func=cmd_worker)
+
+    dlq = sub.add_parser("dlq", help="dead letters: get the original value of one that was "
+                                     "too big to carry inline")
+    dsub = dlq.add_subparsers(dest="action", required=True)
+    get = common(dsub.add_parser("get", help="write the stored value of the dead-lettered "
+                                             "record TOPIC/PARTITION/OFFSET (its value_ref)"))
+    get.add_argument("topic", help="the original record's topic, as the DLQ record names it")
+    get.add_argument("partition", type=int)
+    get.add_argument("offset", type=int)
+    get.add_argument("--out", required=True, help="file to write the bytes to")
+    dlq.set_defaults(func=cmd_dlq)
 
     voices = sub.add_parser("voices", help="check, register, list and remove voices")
     vsub = voices.add_subparsers(dest="action", required=True)

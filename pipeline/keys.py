@@ -59,3 +59,11 @@ def job_vtt_key(job_id: str, version: int = 1) -> str:
 
 def job_track_key(job_id: str, fmt: str, version: int = 1) -> str:
     return job_prefix(job_id, version) + f"track.{fmt}"
+
+
+def dlq_value_key(topic: str, partition: int, offset: int) -> str:
+    """Where a dead letter too big to carry inline keeps its original value bytes."""
+    check_id("topic", topic, 249)  # Kafka's own limit on topic names
+    if partition < 0 or offset < 0:
+        raise ValueError(f"partition and offset must be >= 0, got {partition}, {offset}")
+    return f"dlq/{topic}/{partition}/{offset}.bin"

@@ -188,7 +188,19 @@ class DeadLetter(_Event, tag_field="schema", tag=DLQ_SCHEMA):
     failed_at: str
     key_b64: str | None = None
     value_b64: str = ""
-    headers: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    # [name, base64 of the value] per original header, in their order; null for a header
+    # whose value was null.
+    headers: list[tuple[str, str | None]] = msgspec.field(default_factory=list)
+    # Optional (added in v1, readers of older records see them absent): the original value's
+    # size and hex SHA-256; when the value was too big to carry inline, `value_ref`
+    # (s3://<bucket>/dlq/<topic>/<partition>/<offset>.bin) holds its bytes, `value_b64` is
+    # empty and `value_prefix_b64` has its first bytes.
+    value_bytes: int | None = None
+    value_sha256: str | None = None
+    value_ref: str | None = None
+    value_prefix_b64: str | None = None
+    # Parts of the original this record carries neither inline nor by reference.
+    omitted: list[Literal["key", "value", "headers"]] = msgspec.field(default_factory=list)
 
 
 _encoder = msgspec.json.Encoder()

@@ -224,9 +224,36 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("DeadLetter", "partition"): {"minimum": 0},
     ("DeadLetter", "offset"): {"minimum": 0},
     ("DeadLetter", "failed_at"): {"format": "date-time"},
-    ("DeadLetter", "key_b64"): {"contentEncoding": "base64"},
+    ("DeadLetter", "key_b64"): {"contentEncoding": "base64",
+                                "description": "the original key, base64; null when it had "
+                                               "none or when `omitted` lists key"},
     ("DeadLetter", "value_b64"): {
-        "contentEncoding": "base64", "description": "the original value bytes",
+        "contentEncoding": "base64",
+        "description": "the original value bytes, base64; empty when the value was empty, "
+                       "is kept at value_ref, or `omitted` lists value",
+    },
+    ("DeadLetter", "headers"): {
+        "description": "the original headers in order: [name, base64 of the value], the "
+                       "value null when the header's value was null; empty when `omitted` "
+                       "lists headers",
+    },
+    ("DeadLetter", "value_bytes"): {"minimum": 0,
+                                    "description": "size of the original value in bytes"},
+    ("DeadLetter", "value_sha256"): {"pattern": SHA256_PATTERN,
+                                     "description": "hex SHA-256 of the original value"},
+    ("DeadLetter", "value_ref"): {
+        "pattern": S3_URI_PATTERN,
+        "description": "the object holding the original value bytes when they were too "
+                       "large to carry inline: s3://<bucket>/dlq/<topic>/<partition>/"
+                       "<offset>.bin",
+    },
+    ("DeadLetter", "value_prefix_b64"): {
+        "contentEncoding": "base64",
+        "description": "the value's first bytes (up to 64), base64, when value_b64 is empty",
+    },
+    ("DeadLetter", "omitted"): {
+        "description": "parts of the original carried neither inline nor by reference "
+                       "(too large for the record, or the store refused them)",
     },
     ("ControlCommand", "request_id"): {
         "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,

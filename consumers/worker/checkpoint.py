@@ -84,6 +84,10 @@ class Checkpoint:
         self._inflight.setdefault(tp, set()).add(offset)
         return True
 
+    def resume_offset(self, tp: TopicPartition) -> int | None:
+        """One past the last record of `tp` taken since it was assigned (None: none yet)."""
+        return self._offsets.next_fetch(tp)
+
     def owns(self, tp: TopicPartition) -> bool:
         """False once `tp` is revoked (until it is assigned again): start no work for it."""
         return tp not in self._revoked

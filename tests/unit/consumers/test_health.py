@@ -284,7 +284,7 @@ async def test_worker_readyz_reports_the_engine_state_not_a_constant(
         assert reply.status == 503
         assert reply.json()["checks"] == {"engine_loaded": False, "broker": True,
                                           "store": True, "assignment": True, "draining": False,
-                                          "stuck_partitions": []}
+                                          "stuck_partitions": [], "producer_fatal": False}
         loaded = True
         reply = await get(srv.port, "/readyz")
         assert reply.status == 200
