@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +23,15 @@ def _settings(args: argparse.Namespace) -> Settings:
     """VF_* variables, then the flags this command has (a flag not given changes nothing)."""
     def flag(name: str) -> object:  # None: the command has no such flag or it was not given
         return getattr(args, name, None)
-    return Settings.from_env().with_overrides(
+    # Groups are prefixed after --topic-prefix is applied, so the flag prefixes them too.
+    return Settings.from_env(prefix_groups=False).with_overrides(
         kafka={"bootstrap": flag("bootstrap"), "topic_prefix": flag("topic_prefix")},
         store={"endpoint": flag("s3_endpoint"), "bucket": flag("bucket")},
         engine={"name": flag("engine")},
         worker={"max_inflight": flag("max_inflight"), "max_batch": flag("max_batch"),
-                "instance_id": flag("instance_id"), "metrics_port": flag("metrics_port")},
-    )
+                "instance_id": flag("instance_id"), "metrics_port": flag("metrics_port"),
+                "stuck_partition_seconds": flag("stuck_partition_seconds")},
+    ).with_prefixed_groups(os.environ)
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -203,15 +206,43 @@ def cmd_aggregator(args: argparse.Namespace) -> int:
 
 def cmd_job(args: argparse.Namespace) -> int:
     from consumers.clients.jobs import UnknownVoices, run_command
+    from consumers.clients.revisions import RevisionError
     from consumers.clients.scripts import ScriptError, load_script
 
     try:
         script = load_script(Path(args.script), concat=True if args.concat else None)
         return run_command(_settings(args), script, wait=args.wait, timeout_s=args.timeout,
                            job_timeout_s=args.job_timeout)
-    except (ScriptError, UnknownVoices) as exc:  # the script is wrong: nothing was produced
+    except (ScriptError, UnknownVoices, RevisionError) as exc:  # nothing was produced
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _indices(text: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected indices like 3,7, got {text!r}") from None
+
+
+def cmd_job_rerun(args: argparse.Namespace) -> int:
+    from consumers.clients.jobs import UnknownVoices, run_submission, submit_rerun
+    from consumers.clients.revisions import RevisionError
+    from consumers.clients.scripts import ScriptError
+    from consumers.wiring import make_store
+
+    if not args.failed and not args.lines:
+        print("error: say what to re-run: --failed and/or --lines 3,7", file=sys.stderr)
+        return EXIT_USAGE
+    settings = _settings(args)
+    try:
+        submission = submit_rerun(make_store(settings.store), args.job_id, failed=args.failed,
+                                  lines=args.lines or frozenset())
+    except (ScriptError, UnknownVoices, RevisionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_submission(settings, submission, wait=args.wait, timeout_s=args.timeout,
+                          job_timeout_s=args.job_timeout)
 
 
 def cmd_results(args: argparse.Namespace) -> int:
@@ -219,6 +250,22 @@ def cmd_results(args: argparse.Namespace) -> int:
 
     asyncio.run(tail_results(_settings(args), from_beginning=args.from_beginning,
                              out=sys.stdout, limit=args.limit))
+    return EXIT_OK
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from consumers.clients.dlq import NotStored, stored_value
+    from consumers.wiring import make_store
+
+    store = make_store(_settings(args).store)
+    try:
+        value = stored_value(store, args.topic, args.partition, args.offset)
+    except NotStored as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    Path(args.out).write_bytes(value.data)
+    print(f"wrote {len(value.data)} bytes from {value.ref} to {args.out} "
+          f"(sha256 {value.sha256})")
     return EXIT_OK
 
 
@@ -266,8 +313,23 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--metrics-port", type=int,
                         help="/healthz, /readyz, /metrics port (VF_METRICS_PORT, default 9108; "
                              "-1 disables)")
+    worker.add_argument("--stuck-partition-seconds", type=int,
+                        help="a partition whose committed offset has not moved for this long "
+                             "while records wait is stuck: vf_partitions_stuck, listed in "
+                             "/readyz (VF_STUCK_PARTITION_SECONDS, default 120)")
     worker.add_argument("--log-format", choices=["json", "text"], default="json")
     worker.set_defaults(func=cmd_worker)
+
+    dlq = sub.add_parser("dlq", help="dead letters: get the original value of one that was "
+                                     "too big to carry inline")
+    dsub = dlq.add_subparsers(dest="action", required=True)
+    get = common(dsub.add_parser("get", help="write the stored value of the dead-lettered "
+                                             "record TOPIC/PARTITION/OFFSET (its value_ref)"))
+    get.add_argument("topic", help="the original record's topic, as the DLQ record names it")
+    get.add_argument("partition", type=int)
+    get.add_argument("offset", type=int)
+    get.add_argument("--out", required=True, help="file to write the bytes to")
+    dlq.set_defaults(func=cmd_dlq)
 
     voices = sub.add_parser("voices", help="check, register, list and remove voices")
     vsub = voices.add_subparsers(dest="action", required=True)
@@ -372,6 +434,22 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --wait, seconds to wait for the job event after the last "
                            "result (default 15; 0 skips)")
     jrun.set_defaults(func=cmd_job)
+    jrerun = common(jsub.add_parser(
+        "rerun", help="make the next version of a finished job from some of its lines",
+        description="Re-produce lines of the latest finished version of JOB as a new version "
+                    "(the other lines are carried over unchanged; docs/jobs.md)."))
+    jrerun.add_argument("job_id", metavar="JOB")
+    jrerun.add_argument("--failed", action="store_true",
+                        help="the lines without audio (failed, rejected, expired, "
+                             "cancelled or missing)")
+    jrerun.add_argument("--lines", type=_indices,
+                        help="these line indices, comma-separated (0-based, as the job "
+                             "event's clips[].index and job run's # column)")
+    for flag, kwargs in (("--wait", {"action": "store_true", "help": "as job run --wait"}),
+                         ("--timeout", {"type": float, "default": 600.0}),
+                         ("--job-timeout", {"type": float, "default": 15.0})):
+        jrerun.add_argument(flag, **kwargs)
+    jrerun.set_defaults(func=cmd_job_rerun)
 
     results = sub.add_parser("results", help="follow tts.results")
     rsub = results.add_subparsers(dest="action", required=True)

@@ -44,8 +44,14 @@ def security_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
     return kwargs
 
 
+# The producer's max_request_size (aiokafka's default, the broker's message.max.bytes is
+# about the same): the worker's dead letters are sized from it (worker/deadletters.py).
+PRODUCER_MAX_REQUEST_BYTES = 1_048_576
+
+
 def make_producer(kafka: KafkaSettings, **extra: Any) -> AIOKafkaProducer:
     # acks=all + idempotence: a result is "produced" only once the broker has it durably.
+    extra.setdefault("max_request_size", PRODUCER_MAX_REQUEST_BYTES)
     return AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all",
                             enable_idempotence=True, client_id="voicefactory",
                             **security_kwargs(kafka), **extra)

@@ -16,7 +16,14 @@ Metric names and labels (the dashboard and alert contract):
     vf_inflight, vf_queue_depth, vf_paused_partitions
     vf_batch_size, vf_batch_seconds            per engine batch
     vf_profile_cache_total{result}             hit|store|miss
-    vf_consumer_lag{topic,partition}           per assigned partition; cleared on revoke
+    vf_consumer_lag{topic,partition}           per assigned partition: end offset minus the
+                                               group's committed offset (else the log start),
+                                               whoever committed it; cleared on revoke
+    vf_partition_commit_stalled_seconds{topic,partition}
+                                               how long that committed offset has not moved
+                                               while lag > 0 (0 when caught up)
+    vf_partitions_stuck                        this worker's partitions stalled longer than
+                                               VF_STUCK_PARTITION_SECONDS (consumers/worker/lag.py)
     vf_retries_total{code}, vf_dlq_total{reason_code}, vf_oom_retries_total
     vf_commits_total, vf_rebalances_total{kind}
     vf_lane_queue_depth{lane}                  interactive|batch: requests waiting per lane
@@ -90,8 +97,15 @@ class WorkerMetrics:
                                         buckets=STAGE_BUCKETS, registry=r)
         self._profile = Counter("vf_profile_cache", "Voice profile lookups by result",
                                 ["result"], registry=r)
-        self._lag = Gauge("vf_consumer_lag", "Messages not yet finished, per partition",
-                          ["topic", "partition"], registry=r)
+        self._lag = Gauge("vf_consumer_lag", "Messages between the group's committed offset "
+                          "and the end, per assigned partition", ["topic", "partition"],
+                          registry=r)
+        self._stall = Gauge("vf_partition_commit_stalled_seconds", "Seconds the committed "
+                            "offset has not moved while records wait, per assigned partition",
+                            ["topic", "partition"], registry=r)
+        self._stuck = Gauge("vf_partitions_stuck", "Assigned partitions whose committed offset "
+                            "stood still past VF_STUCK_PARTITION_SECONDS with records waiting",
+                            registry=r)
         self._retries = Counter("vf_retries", "Transient failures retried, by error code",
                                 ["code"], registry=r)
         self._dlq = Counter("vf_dlq", "Records written to the dead-letter topic", ["reason_code"],
@@ -198,11 +212,19 @@ class WorkerMetrics:
     def set_lag(self, topic: str, partition: int, lag: int) -> None:
         self._lag.labels(topic=topic, partition=str(partition)).set(lag)
 
+    def set_commit_stall(self, topic: str, partition: int, seconds: float) -> None:
+        self._stall.labels(topic=topic, partition=str(partition)).set(max(0.0, seconds))
+
+    def set_partitions_stuck(self, n: int) -> None:
+        self._stuck.set(n)
+
     def clear_lag(self, topic: str, partition: int) -> None:
-        """Drop a revoked partition's series so the new owner's lag isn't double-counted."""
-        # prometheus_client < 0.21 raises KeyError for a series never set; newer ones ignore it.
-        with contextlib.suppress(KeyError):
-            self._lag.remove(topic, str(partition))
+        """Drop a revoked partition's lag and stall series so the new owner's aren't
+        double-counted."""
+        for gauge in (self._lag, self._stall):
+            # prometheus_client < 0.21 raises KeyError for a series never set; newer ignore it.
+            with contextlib.suppress(KeyError):
+                gauge.remove(topic, str(partition))
 
     def on_retry(self, code: str) -> None:
         self._retries.labels(code=str(code)).inc()

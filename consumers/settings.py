@@ -174,6 +174,9 @@ class WorkerSettings(_Checked):
     retry_max_delay_s: int = var("VF_RETRY_MAX_DELAY_S", 10, ge=0)
     drain_seconds: int = var("VF_DRAIN_SECONDS", 30, ge=1)
     revoke_grace_seconds: int = var("VF_REVOKE_GRACE_SECONDS", 10, ge=0)
+    # A partition whose committed offset stands still this long while records wait behind it
+    # is stuck: vf_partitions_stuck, the VoiceFactoryPartitionStuck alert, /readyz's body
+    stuck_partition_seconds: int = var("VF_STUCK_PARTITION_SECONDS", 120, ge=1)
     session_timeout_ms: int = var("VF_SESSION_TIMEOUT_MS", 30_000, ge=1000)
     assignor: str = var("VF_ASSIGNOR", "range")  # measured: docs/benchmarks.md
     group_id: str = var("VF_GROUP_ID", "vf-synth")
@@ -273,10 +276,29 @@ class Settings:
     routing: RoutingSettings = field(default_factory=RoutingSettings)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, *,
+                 prefix_groups: bool = True) -> Settings:
+        """`prefix_groups=False` leaves `with_prefixed_groups` to a caller that changes the
+        topic prefix first (the CLI's --topic-prefix)."""
         env = os.environ if environ is None else environ
         groups = {g.name: _group_from_env(_group_type(g), env) for g in fields(cls)}
-        return cls(**groups)
+        made = cls(**groups)
+        return made.with_prefixed_groups(env) if prefix_groups else made
+
+    def with_prefixed_groups(self, env: Mapping[str, str]) -> Settings:
+        """VF_TOPIC_PREFIX also prefixes the consumer groups whose variable is not set: two
+        environments sharing a cluster by prefix then never share `vf-synth` or
+        `vf-gateway` (the aggregator's group is its app ID, prefixed the same way). A
+        VF_GROUP_ID or VF_GATEWAY_GROUP_ID that is set is used exactly as given."""
+        prefix = self.kafka.topic_prefix
+        if not prefix:
+            return self
+        worker, gateway = self.worker, self.gateway
+        if "VF_GROUP_ID" not in env:
+            worker = replace(worker, group_id=prefix + worker.group_id)
+        if "VF_GATEWAY_GROUP_ID" not in env:
+            gateway = replace(gateway, group_id=prefix + gateway.group_id)
+        return replace(self, worker=worker, gateway=gateway)
 
     def with_overrides(self, **groups: Mapping[str, Any]) -> Settings:
         """A copy with some fields replaced, by group: `with_overrides(worker={"max_batch":

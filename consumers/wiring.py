@@ -99,7 +99,8 @@ def build_worker(settings: Settings, *, load: bool = True,
                                  on_oom_split=metrics.on_oom_retry)
     worker = SynthesisWorker(settings=settings, processor=processor, metrics=metrics,
                              engine_ready=loaded.is_set, warm_up=None if load else warm_up,
-                             device_gate=gate, hot_voices=cache.voices, **worker_options)
+                             device_gate=gate, hot_voices=cache.voices, store=store,
+                             **worker_options)
     return WorkerRuntime(settings=settings, store=store, engine=engine, processor=processor,
                          metrics=metrics, worker=worker)
 

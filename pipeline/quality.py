@@ -1,9 +1,11 @@
-"""Quality signals on one output: speaker similarity and named warnings.
+"""Quality signals on one output: speaker similarity, loudness and named warnings.
 
 output audio + the profile's reference embedding -> GE2E embedding of the output -> cosine
-(`quality.speaker_similarity`); the output's level, clipping and duration against what the
-text predicts -> `quality.warnings`. Warnings never fail a request: they tell the producer
-(and a dashboard) which clips deserve a listen.
+(`quality.speaker_similarity`); the delivered level (`quality.loudness_lufs`, after
+normalisation) and the engine's (`quality.loudness_input_lufs`, before it); the output's
+level, clipping and duration against what the text predicts -> `quality.warnings`.
+Warnings never fail a request: they tell the producer (and a dashboard) which clips
+deserve a listen.
 """
 
 from __future__ import annotations
@@ -61,7 +63,11 @@ def assess(raw: Audio, final: Audio, *, text: str, reference_embedding: np.ndarr
         similarity = encoder.similarity(final, reference_embedding)
     return Quality(
         speaker_similarity=similarity,
-        loudness_lufs=round(loudness_before, 2) if np.isfinite(loudness_before) else None,
+        # The delivered file's level first (what a loudness meter on it reads), the engine's
+        # own under its name: quality.loudness_lufs used to be the latter, which confused.
+        loudness_lufs=round(loudness_after, 2) if np.isfinite(loudness_after) else None,
+        loudness_input_lufs=(round(loudness_before, 2) if np.isfinite(loudness_before)
+                             else None),
         warnings=warnings_for(raw, text=text, loudness_before=loudness_before,
                               loudness_after=loudness_after, target_lufs=target_lufs,
                               speaking_rate=speaking_rate, speed=speed))

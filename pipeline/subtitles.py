@@ -1,8 +1,9 @@
-"""A job's timeline and its SubRip (.srt) subtitles, from clip durations. Pure functions.
+"""A job's timeline and its subtitles (SubRip .srt, WebVTT .vtt), from clip durations. Pure.
 
 Flow: (index, duration) of every clip that has audio, in index order -> `lay_out` places
 them end to end with a fixed gap -> `ClipSpan`s (the job event's timeline) -> `cues` pairs
-each span with its line's text -> `render_srt` writes the .srt. `parse_srt` reads one back
+each span with its line's text -> `render_srt` writes the .srt, `render_vtt` the same cues
+as WebVTT (what HTML <track> and most web players read). `parse_srt` reads either back
 (tests and downstream tools use it to check cue times against the timeline).
 
 Positions are summed in float seconds and rounded to the millisecond only on output, so
@@ -56,21 +57,34 @@ def cues(spans: Sequence[ClipSpan], texts: dict[int, str]) -> list[Cue]:
     return out
 
 
-def timestamp(seconds: float) -> str:
-    """SubRip time, `HH:MM:SS,mmm`."""
+def timestamp(seconds: float, separator: str = ",") -> str:
+    """SubRip time, `HH:MM:SS,mmm` (WebVTT's is the same with a `.`)."""
     if seconds < 0:
         raise ValueError(f"negative subtitle time {seconds}")
     total_ms = round(seconds * 1000)
     hours, rest = divmod(total_ms, 3_600_000)
     minutes, rest = divmod(rest, 60_000)
     secs, ms = divmod(rest, 1000)
-    return f"{hours:02d}:{minutes:02d}:{secs:02d},{ms:03d}"
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{ms:03d}"
 
 
 def render_srt(items: Iterable[Cue]) -> str:
     blocks = [f"{c.number}\n{timestamp(c.start_s)} --> {timestamp(c.end_s)}\n{c.text}\n"
               for c in items]
     return "\n".join(blocks)
+
+
+def render_vtt(items: Iterable[Cue]) -> str:
+    """The cues as WebVTT: numbered like the .srt, `.` before the milliseconds, and the
+    three characters WebVTT cue text reads as markup escaped (a line with `<` or `-->`
+    would otherwise lose text or end the cue)."""
+    blocks = [f"{c.number}\n{timestamp(c.start_s, '.')} --> {timestamp(c.end_s, '.')}\n"
+              f"{_vtt_text(c.text)}\n" for c in items]
+    return "\n".join(["WEBVTT\n", *blocks])
+
+
+def _vtt_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 _TIME = r"(\d+):(\d{2}):(\d{2})[,.](\d{3})"

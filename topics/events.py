@@ -29,9 +29,13 @@ class _Event(msgspec.Struct, omit_defaults=True, kw_only=True):
 
 
 class JobRef(_Event):
+    """A request's place in a job. `version` (v1 addition, absent: 1) is the job's revision
+    the request belongs to: a revision re-produces only changed or failed lines."""
+
     id: str
     index: int
     total: int
+    version: int | None = None
 
 
 class SynthesisRequest(_Event, tag_field="schema", tag=REQUEST_SCHEMA):
@@ -80,10 +84,14 @@ class ErrorInfo(_Event):
 
 class Quality(_Event):
     """Signals about one output: cosine similarity of its speaker embedding with the
-    reference's (GE2E, -1..1; None where not measured) and named warnings."""
+    reference's (GE2E, -1..1; None where not measured), the integrated loudness of the
+    delivered audio (after normalisation) and of the engine's output before it, and named
+    warnings. `loudness_input_lufs` is a v1 addition; readers that knew only
+    `loudness_lufs` now read the delivered level there."""
 
     speaker_similarity: float | None = None
     loudness_lufs: float | None = None
+    loudness_input_lufs: float | None = None
     warnings: list[str] = msgspec.field(default_factory=list)
 
 
@@ -109,7 +117,9 @@ class SynthesisResult(_Event, tag_field="schema", tag=RESULT_SCHEMA):
 
 
 class JobClip(_Event):
-    """One line of a job as the aggregator saw its result; `text` is the script's line."""
+    """One line of a job as the aggregator saw its result; `text` is the script's line;
+    `version` (v1 addition) is the job version whose request produced it, lower than the
+    event's own for a clip carried over unchanged from an earlier version."""
 
     index: int
     request_id: str
@@ -119,6 +129,7 @@ class JobClip(_Event):
     duration_s: float = 0.0
     audio: AudioRef | None = None
     error: ErrorInfo | None = None
+    version: int | None = None
 
 
 class ClipSpan(_Event):
@@ -132,6 +143,10 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
 
     `missing` lists the indices that never answered (the job closed on its timeout);
     `track` is the whole job as one audio object when the script asked for it (concat).
+    v1 additions: `subtitles_url` (presigned, like the clips' `url`), the WebVTT twin
+    `subtitles_vtt` / `subtitles_vtt_url`, `gap_ms`, the silence the timeline puts
+    between neighbouring clips, and `version`: a job keeps its ID across revisions and
+    has one event per version (absent: 1).
     """
 
     job_id: str
@@ -144,6 +159,11 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     subtitles: str | None = None
     missing: list[int] = msgspec.field(default_factory=list)
     track: AudioRef | None = None
+    subtitles_url: str | None = None
+    subtitles_vtt: str | None = None
+    subtitles_vtt_url: str | None = None
+    gap_ms: int | None = None
+    version: int | None = None
 
 
 class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):
@@ -168,7 +188,19 @@ class DeadLetter(_Event, tag_field="schema", tag=DLQ_SCHEMA):
     failed_at: str
     key_b64: str | None = None
     value_b64: str = ""
-    headers: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    # [name, base64 of the value] per original header, in their order; null for a header
+    # whose value was null.
+    headers: list[tuple[str, str | None]] = msgspec.field(default_factory=list)
+    # Optional (added in v1, readers of older records see them absent): the original value's
+    # size and hex SHA-256; when the value was too big to carry inline, `value_ref`
+    # (s3://<bucket>/dlq/<topic>/<partition>/<offset>.bin) holds its bytes, `value_b64` is
+    # empty and `value_prefix_b64` has its first bytes.
+    value_bytes: int | None = None
+    value_sha256: str | None = None
+    value_ref: str | None = None
+    value_prefix_b64: str | None = None
+    # Parts of the original this record carries neither inline nor by reference.
+    omitted: list[Literal["key", "value", "headers"]] = msgspec.field(default_factory=list)
 
 
 _encoder = msgspec.json.Encoder()

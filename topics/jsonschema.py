@@ -140,6 +140,9 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("JobRef", "index"): {"minimum": 0, "description": "0-based, less than total"},
     ("JobRef", "total"): {"minimum": 1},
+    ("JobRef", "version"): {
+        "minimum": 1, "description": "the job's revision this request belongs to; absent: 1",
+    },
     ("VoiceRegistration", "voice_id"): {
         "minLength": 1, "maxLength": VOICE_ID_MAX, "pattern": ID_PATTERN,
     },
@@ -178,21 +181,79 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
                        "order; the subtitles' cue times",
     },
     ("JobCompleted", "missing"): {
-        "description": "indices never answered before the job's timeout (status partial)",
+        "description": "indices never answered before the job's timeout; a line answered "
+                       "failed, rejected, expired or cancelled is in clips, not here",
+    },
+    ("JobCompleted", "status"): {
+        "description": "succeeded: every line succeeded; failed: none did; partial: some "
+                       "did (the rest failed, were rejected, expired, cancelled or missing)",
+    },
+    ("JobCompleted", "subtitles_url"): {
+        "description": "presigned GET URL of the .srt (valid VF_PRESIGN_SECONDS, as clips' "
+                       "url)",
+    },
+    ("JobCompleted", "subtitles_vtt"): {
+        "pattern": S3_URI_PATTERN, "description": "s3:// key of the same cues as WebVTT",
+    },
+    ("JobCompleted", "subtitles_vtt_url"): {"description": "presigned GET URL of the .vtt"},
+    ("JobCompleted", "gap_ms"): {
+        "minimum": 0, "description": "silence between neighbouring clips on the timeline",
+    },
+    ("Quality", "loudness_lufs"): {
+        "description": "integrated loudness (ITU-R BS.1770) of the delivered audio, after "
+                       "normalisation to VF_LOUDNESS_LUFS",
+    },
+    ("Quality", "loudness_input_lufs"): {
+        "description": "integrated loudness of the engine's output before normalisation",
     },
     ("JobCompleted", "track"): {
         "description": "the whole job as one audio object (scripts with concat)",
     },
     ("JobClip", "index"): {"minimum": 0},
+    ("JobClip", "version"): {
+        "minimum": 1, "description": "the job version whose request produced this clip; "
+                                     "lower than the event's version when carried over",
+    },
+    ("JobCompleted", "version"): {
+        "minimum": 1, "description": "a job keeps its ID across revisions, with one event "
+                                     "per version; absent: 1",
+    },
     ("ClipSpan", "index"): {"minimum": 0},
     ("ClipSpan", "start_s"): {"minimum": 0},
     ("ClipSpan", "end_s"): {"minimum": 0},
     ("DeadLetter", "partition"): {"minimum": 0},
     ("DeadLetter", "offset"): {"minimum": 0},
     ("DeadLetter", "failed_at"): {"format": "date-time"},
-    ("DeadLetter", "key_b64"): {"contentEncoding": "base64"},
+    ("DeadLetter", "key_b64"): {"contentEncoding": "base64",
+                                "description": "the original key, base64; null when it had "
+                                               "none or when `omitted` lists key"},
     ("DeadLetter", "value_b64"): {
-        "contentEncoding": "base64", "description": "the original value bytes",
+        "contentEncoding": "base64",
+        "description": "the original value bytes, base64; empty when the value was empty, "
+                       "is kept at value_ref, or `omitted` lists value",
+    },
+    ("DeadLetter", "headers"): {
+        "description": "the original headers in order: [name, base64 of the value], the "
+                       "value null when the header's value was null; empty when `omitted` "
+                       "lists headers",
+    },
+    ("DeadLetter", "value_bytes"): {"minimum": 0,
+                                    "description": "size of the original value in bytes"},
+    ("DeadLetter", "value_sha256"): {"pattern": SHA256_PATTERN,
+                                     "description": "hex SHA-256 of the original value"},
+    ("DeadLetter", "value_ref"): {
+        "pattern": S3_URI_PATTERN,
+        "description": "the object holding the original value bytes when they were too "
+                       "large to carry inline: s3://<bucket>/dlq/<topic>/<partition>/"
+                       "<offset>.bin",
+    },
+    ("DeadLetter", "value_prefix_b64"): {
+        "contentEncoding": "base64",
+        "description": "the value's first bytes (up to 64), base64, when value_b64 is empty",
+    },
+    ("DeadLetter", "omitted"): {
+        "description": "parts of the original carried neither inline nor by reference "
+                       "(too large for the record, or the store refused them)",
     },
     ("ControlCommand", "request_id"): {
         "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,

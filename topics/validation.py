@@ -145,6 +145,8 @@ def _field_problem(request: SynthesisRequest) -> str | None:
     job = request.job
     if job is not None and (job.total < 1 or not 0 <= job.index < job.total):
         return f"job.index {job.index} must be in 0..{job.total - 1} (job.total {job.total})"
+    if job is not None and job.version is not None and job.version < 1:
+        return f"job.version must be >= 1, got {job.version}"
     return None
 
 

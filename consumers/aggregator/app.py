@@ -1,6 +1,8 @@
 """The job aggregator: `tts.results` -> a faust table of job states -> one `tts.job.v1`.
 
     tts.results (key job.id) --agent--> merge into table["jobs"][job_id]
+                                        (a revision's first result: seeded from its
+                                         jobs/{id}/v{N}/script.json, state.open_version)
                                             |  changelog: {app id}-jobs-changelog (compact)
                      complete, or silent    v
                      for the timeout  --> JobEmitter: subtitles.srt [+ track] -> job.json
@@ -47,14 +49,19 @@ from consumers.aggregator.emit import JobEmitter
 from consumers.aggregator.metrics import AggregatorMetrics
 from consumers.aggregator.state import (
     JobState,
+    decode_manifest,
     decode_state,
     emitted_marker,
     encode_state,
     merge_result,
+    needs_opening,
+    open_version,
     ready,
+    result_version,
 )
 from consumers.kafka import make_producer, security_kwargs
 from consumers.settings import KafkaSettings, Settings
+from pipeline.keys import job_script_key
 from pipeline.storage import ObjectStore
 from topics.events import decode_result
 from topics.partitioning import partition_for
@@ -161,7 +168,11 @@ class JobAggregator:
                 continue
             async with self._lock:
                 key = result.job.id.encode()
-                merged, outcome = merge_result(self._get(key), result, time.time())
+                state = self._get(key)
+                if needs_opening(state, result):
+                    state = await self._open_version(result.job.id, result_version(result),
+                                                     state)
+                merged, outcome = merge_result(state, result, time.time())
                 self.metrics.on_result(outcome)
                 if merged is None:
                     continue
@@ -220,6 +231,24 @@ class JobAggregator:
                 event.status, timed_out=not state.complete,
                 latency_s=done - state.last_seen if state.complete else None)
         return True
+
+    async def _open_version(self, job_id: str, version: int,
+                            state: JobState | None) -> JobState | None:
+        """Revision `version` seeded with the clips its manifest carries over; the store is
+        read once per version. Without a readable manifest the merge opens it empty."""
+        try:
+            raw = await asyncio.to_thread(self._store.get, job_script_key(job_id, version))
+            manifest = decode_manifest(raw) if raw is not None else None
+        except ValueError as exc:  # msgspec's errors, and an ID unfit for a key
+            log.warning("job %s: version %d's manifest is unreadable (%s)", job_id, version,
+                        exc)
+            manifest = None
+        opened = open_version(job_id, version, manifest, time.time())
+        if opened is not None:
+            log.info("job %s: version %d opened, %d of %d lines carried from version %s",
+                     job_id, version, len(opened.clips), opened.total, manifest and
+                     manifest.base_version)
+        return opened if opened is not None else state
 
     def _get(self, key: bytes) -> JobState | None:
         raw = self.table.get(key)

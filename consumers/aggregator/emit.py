@@ -5,11 +5,14 @@ Flow of `JobEmitter.emit(state)`:
     1. jobs/{id}/job.json exists with an outbox note (partition, offset)?
          -> scan tts.jobs from that offset for the job's key; found: already out, stop
     2. read jobs/{id}/script.json (texts, gap, concat; absent: metadata.text, VF_JOB_GAP_MS)
-    3. put jobs/{id}/subtitles.srt; with concat, assemble and put jobs/{id}/track.{fmt}
+    3. put jobs/{id}/subtitles.srt and its WebVTT twin subtitles.vtt (both presigned into
+       the event, as clips are); with concat, assemble and put jobs/{id}/track.{fmt}
     4. note the end offset of the job's tts.jobs partition, put job.json with that note
     5. produce the event to that partition and wait for acks=all
 
-The caller then marks the job emitted in its table. A crash anywhere before step 4 leaves
+Version N >= 2 of a job (a revision) writes the same objects under jobs/{id}/v{N}/ and
+its event says `version`; clips carried over from an earlier version get a fresh presigned
+URL. The caller then marks the job emitted in its table. A crash anywhere before step 4 leaves
 no note, so the retry produces the event; a crash after step 4 leaves a note that step 1
 resolves by reading the topic itself, so the event is not produced twice even when the
 crash came between the broker's ack and the table's `emitted` mark. Store calls are
@@ -39,10 +42,16 @@ from consumers.settings import Settings
 from pipeline.assembly import assemble
 from pipeline.audio import decode
 from pipeline.encode import CONTENT_TYPES, encode
-from pipeline.keys import job_json_key, job_script_key, job_subtitles_key, job_track_key
+from pipeline.keys import (
+    job_json_key,
+    job_script_key,
+    job_subtitles_key,
+    job_track_key,
+    job_vtt_key,
+)
 from pipeline.storage import ObjectStore
-from pipeline.subtitles import cues, render_srt
-from topics.events import AudioRef, JobCompleted, decode_job
+from pipeline.subtitles import cues, render_srt, render_vtt
+from topics.events import AudioRef, JobClip, JobCompleted, decode_job
 from topics.events import encode as encode_event
 from topics.partitioning import partition_for
 from topics.specs import JOBS
@@ -83,7 +92,7 @@ class JobEmitter:
         """The job's event and whether this call produced it (False: it already was)."""
         job_id = state.job_id
         partition = partition_for(job_id, self._partitions)
-        earlier = await self._already_emitted(job_id, partition)
+        earlier = await self._already_emitted(job_id, state.version, partition)
         if earlier is not None:
             log.warning("job %s was already on %s[%d]; not producing it again", job_id,
                         self._topic, partition, extra={"topic": self._topic,
@@ -92,47 +101,70 @@ class JobEmitter:
         event = await asyncio.to_thread(self._write_artifacts, state)
         value = encode_event(event)
         offset = await self._end_offset(partition)
-        await asyncio.to_thread(self._store.put, job_json_key(job_id), value,
+        await asyncio.to_thread(self._store.put, job_json_key(job_id, state.version), value,
                                 "application/json",
                                 {OUTBOX_PARTITION: str(partition), OUTBOX_OFFSET: str(offset)})
         await self._producer.send_and_wait(self._topic, value, key=job_id.encode(),
                                            partition=partition)
-        log.info("job %s %s: %d/%d clips, %d cancelled, %.2f s", job_id, event.status,
+        log.info("job %s v%d %s: %d/%d clips, %d cancelled, %d carried, %.2f s", job_id,
+                 state.version, event.status,
                  sum(1 for c in event.clips if c.status == "succeeded"), event.total,
-                 sum(1 for c in event.clips if c.status == "cancelled"), event.duration_s,
+                 sum(1 for c in event.clips if c.status == "cancelled"),
+                 sum(1 for c in event.clips if (c.version or 1) < state.version),
+                 event.duration_s,
                  extra={"topic": self._topic, "partition": partition})
         return event, True
 
     def _write_artifacts(self, state: JobState) -> JobCompleted:
-        manifest = self._manifest(state.job_id)
+        manifest = self._manifest(state.job_id, state.version)
         gap_ms = manifest.gap_ms if manifest and manifest.gap_ms is not None else \
             self._settings.aggregator.job_gap_ms
         completed_at = datetime.now(UTC).isoformat(timespec="milliseconds").replace(
             "+00:00", "Z")
-        draft = build_job(state, manifest=manifest, gap_s=gap_ms / 1000,
-                          completed_at=completed_at)
-        srt_key = job_subtitles_key(state.job_id)
-        srt = render_srt(cues(draft.timeline, clip_texts(state, manifest)))
-        self._store.put(srt_key, srt.encode(), "application/x-subrip")
+        draft = build_job(state, manifest=manifest, gap_ms=gap_ms, completed_at=completed_at)
+        draft = msgspec.structs.replace(draft, clips=[self._fresh_url(c, state.version)
+                                                      for c in draft.clips])
+        made = cues(draft.timeline, clip_texts(state, manifest))
+        version = state.version
+        srt_key = job_subtitles_key(state.job_id, version)
+        vtt_key = job_vtt_key(state.job_id, version)
+        self._store.put(srt_key, render_srt(made).encode(), "application/x-subrip")
+        self._store.put(vtt_key, render_vtt(made).encode(), "text/vtt")
         track = None
         if manifest is not None and manifest.concat and draft.timeline:
-            track = self._write_track(draft, manifest)
-        return msgspec.structs.replace(draft, subtitles=f"s3://{self._store.bucket}/{srt_key}",
-                                       track=track)
+            track = self._write_track(draft, manifest, version)
+        ttl = self._settings.store.presign_seconds
+        bucket = self._store.bucket
+        return msgspec.structs.replace(
+            draft, subtitles=f"s3://{bucket}/{srt_key}",
+            subtitles_url=self._store.presign(srt_key, ttl),
+            subtitles_vtt=f"s3://{bucket}/{vtt_key}",
+            subtitles_vtt_url=self._store.presign(vtt_key, ttl), track=track)
 
-    def _manifest(self, job_id: str) -> JobManifest | None:
-        raw = self._store.get(job_script_key(job_id))
+    def _fresh_url(self, clip: JobClip, version: int) -> JobClip:
+        """A clip carried over from an earlier version, its URL presigned again (the old
+        one may be close to expiry); this version's own clips are left as the worker made
+        them."""
+        if clip.audio is None or (clip.version or 1) >= version:
+            return clip
+        url = self._store.presign(clip.audio.key, self._settings.store.presign_seconds)
+        return msgspec.structs.replace(clip, audio=msgspec.structs.replace(clip.audio, url=url))
+
+    def _manifest(self, job_id: str, version: int) -> JobManifest | None:
+        key = job_script_key(job_id, version)
+        raw = self._store.get(key)
         if raw is None:
             return None
         try:
             manifest = decode_manifest(raw)
         except msgspec.ValidationError as exc:
             log.warning("job %s: %s is unreadable (%s); using results' metadata only", job_id,
-                        job_script_key(job_id), exc)
+                        key, exc)
             return None
-        return manifest if manifest.job_id == job_id else None
+        return manifest if manifest.job_id == job_id and manifest.version == version else None
 
-    def _write_track(self, draft: JobCompleted, manifest: JobManifest) -> AudioRef:
+    def _write_track(self, draft: JobCompleted, manifest: JobManifest,
+                     version: int) -> AudioRef:
         by_index = {c.index: c for c in draft.clips}
         placed = []
         for span in draft.timeline:
@@ -146,7 +178,7 @@ class JobEmitter:
         audio = assemble(placed)
         fmt = manifest.track_format
         data = encode(audio, fmt)
-        key = job_track_key(draft.job_id, fmt)
+        key = job_track_key(draft.job_id, fmt, version)
         self._store.put(key, data, CONTENT_TYPES[fmt])
         return AudioRef(bucket=self._store.bucket, key=key,
                         url=self._store.presign(key, self._settings.store.presign_seconds),
@@ -154,16 +186,18 @@ class JobEmitter:
                         duration_s=round(audio.duration_s, 3), bytes=len(data),
                         sha256=hashlib.sha256(data).hexdigest())
 
-    async def _already_emitted(self, job_id: str, partition: int) -> JobCompleted | None:
-        """The job's event if an earlier attempt produced it (its outbox note says where)."""
-        info = await asyncio.to_thread(self._store.stat, job_json_key(job_id))
+    async def _already_emitted(self, job_id: str, version: int,
+                               partition: int) -> JobCompleted | None:
+        """The version's event if an earlier attempt produced it (its outbox note says
+        where)."""
+        info = await asyncio.to_thread(self._store.stat, job_json_key(job_id, version))
         if info is None or OUTBOX_OFFSET not in info.metadata:
             return None
         noted = int(info.metadata.get(OUTBOX_PARTITION, partition))
-        found = await self._scan(job_id, noted, int(info.metadata[OUTBOX_OFFSET]))
-        return decode_job(found) if found is not None else None
+        return await self._scan(job_id, version, noted, int(info.metadata[OUTBOX_OFFSET]))
 
-    async def _scan(self, job_id: str, partition: int, offset: int) -> bytes | None:
+    async def _scan(self, job_id: str, version: int, partition: int,
+                    offset: int) -> JobCompleted | None:
         tp = TopicPartition(self._topic, partition)
         end = (await self._reader.end_offsets([tp]))[tp]
         if offset >= end:
@@ -179,7 +213,9 @@ class JobEmitter:
             for records in (await self._reader.getmany(tp, timeout_ms=500)).values():
                 for rec in records:
                     if rec.key == key and rec.value is not None:
-                        return bytes(rec.value)
+                        event = decode_job(bytes(rec.value))
+                        if (event.version or 1) == version:
+                            return event
         return None
 
     async def _end_offset(self, partition: int) -> int:

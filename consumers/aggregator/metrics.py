@@ -11,7 +11,7 @@ global default registry, so tests and several aggregators in one process stay ap
 Metric names and labels (the dashboard and alert contract, next to `consumers/metrics.py`):
 
     vf_job_results_total{outcome}         records read from tts.results, by what the merge did:
-                                          merged|replaced|duplicate|late|invalid|no_job|undecodable
+                                          merged|replaced|duplicate|late|early|invalid|no_job|undecodable
     vf_jobs_emitted_total{status}         job events this process produced: succeeded|partial|failed
     vf_jobs_already_emitted_total         closes that found the event already on tts.jobs
                                           (outbox note) and did not produce it again

@@ -18,12 +18,21 @@ timeout. Its event keeps the job.v1 fields: each such clip has status `cancelled
 audio, and the job is `partial` if any line succeeded before the cancel, else `failed`.
 `merge_result` also names what a result did (merged, duplicate, late, ...) for the
 aggregator's metrics. Everything here is pure (no Kafka, no store) and unit-tested.
+
+Revisions (docs/jobs.md, "Revising a job"): a job keeps its ID across versions; each
+request says its version in `job.version` (absent: 1). A result for version N+1 of a job
+whose table entry is version N's emitted marker opens version N+1 (`open_version`: seeded
+with the clips the revision's manifest carries over unchanged from version N, so only the
+re-produced lines remain to answer). Results for an older version than the table's are
+`late`; one for a newer version while the table's version is still open is `early` and
+dropped with a warning (the client only revises a version whose job.json exists, so this
+needs a version whose event failed to produce between its job.json and its marker).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -33,6 +42,7 @@ from topics.events import (
     ErrorInfo,
     JobClip,
     JobCompleted,
+    JobRef,
     JobStatus,
     Status,
     SynthesisResult,
@@ -56,6 +66,7 @@ class ClipState(msgspec.Struct, omit_defaults=True, kw_only=True):
     audio: AudioRef | None = None
     error: ErrorInfo | None = None
     text: str | None = None  # from the result's metadata.text, for producers without a script
+    version: int = 1  # the job version whose request produced it
 
 
 class JobState(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -67,6 +78,7 @@ class JobState(msgspec.Struct, omit_defaults=True, kw_only=True):
     emitted: bool = False
     emitted_at: float | None = None
     status: JobStatus | None = None  # of the emitted event
+    version: int = 1
 
     @property
     def complete(self) -> bool:
@@ -78,10 +90,17 @@ class ManifestLine(msgspec.Struct, omit_defaults=True, kw_only=True):
     request_id: str
     voice_id: str
     text: str
+    # The line's other request fields (language, format, instruct, ...), so that a revision
+    # can tell a changed line from an unchanged one and re-produce a line exactly. None in
+    # manifests written before revisions existed.
+    options: dict[str, Any] | None = None
 
 
 class JobManifest(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """`jobs/{job_id}/script.json`: written by `job run` before it produces the requests."""
+    """`jobs/{job_id}/script.json` (version N >= 2: `jobs/{job_id}/v{N}/script.json`):
+    written by `job run` before it produces the requests. A revision's manifest names the
+    version it revises (`base_version`) and carries that version's clips for the lines it
+    does not re-produce (`carried`), so the aggregator can close it from them."""
 
     job_id: str
     total: int
@@ -91,6 +110,9 @@ class JobManifest(msgspec.Struct, omit_defaults=True, kw_only=True):
     gap_ms: int | None = None  # None: the aggregator's VF_JOB_GAP_MS
     concat: bool = False
     track_format: Literal["wav", "flac", "mp3", "opus"] = "wav"
+    version: int = 1
+    base_version: int | None = None
+    carried: list[JobClip] = msgspec.field(default_factory=list)
 
 
 _state_encoder = msgspec.json.Encoder()
@@ -119,7 +141,9 @@ def decode_manifest(raw: bytes) -> JobManifest:
 # duplicate: the index had succeeded already (kept); late: the job was already emitted;
 # invalid: unusable job ID, index, total or audio duration; no_job: the result is not part
 # of a job.
-MergeOutcome = Literal["merged", "replaced", "duplicate", "late", "invalid", "no_job"]
+# early: a result for a newer version than the one still open (see the module doc).
+MergeOutcome = Literal["merged", "replaced", "duplicate", "late", "early", "invalid",
+                       "no_job"]
 
 
 class Merge(NamedTuple):
@@ -139,28 +163,23 @@ def merge_result(state: JobState | None, result: SynthesisResult, now: float) ->
     if job is None:
         return Merge(None, "no_job")
     ctx = {"request_id": result.request_id, "voice_id": result.voice_id}
-    try:
-        check_id("job.id", job.id, REQUEST_ID_MAX)  # it becomes part of object keys
-    except ValueError as exc:
-        log.warning("result with an unusable job ID ignored: %s", exc, extra=ctx)
+    if not _usable(result, job, ctx):
         return Merge(None, "invalid")
-    if job.total > MAX_JOB_TOTAL:
-        log.warning("job %s: result says total %d, more than %d lines; ignored", job.id,
-                    job.total, MAX_JOB_TOTAL, extra=ctx)
-        return Merge(None, "invalid")
-    if not 0 <= job.index < job.total:
-        log.warning("job %s: result index %d outside 0..%d, ignored", job.id, job.index,
-                    job.total - 1, extra=ctx)
-        return Merge(None, "invalid")
-    audio = result.audio
-    if audio is not None and not 0.0 <= audio.duration_s <= MAX_CLIP_SECONDS:  # NaN too
-        # The timeline and subtitles are laid out from it: a negative or infinite one made
-        # every attempt to close the job fail, and the timer retried it forever.
-        log.warning("job %s: index %d has audio of %r s, ignored", job.id, job.index,
-                    audio.duration_s, extra=ctx)
-        return Merge(None, "invalid")
+    version = result_version(result)
+    if state is not None and version != state.version:
+        if version < state.version:
+            log.debug("job %s: result of version %d for index %d; the job is at version %d, "
+                      "ignored", job.id, version, job.index, state.version, extra=ctx)
+            return Merge(None, "late")
+        if not state.emitted:
+            log.warning("job %s: result of version %d for index %d while version %d is "
+                        "still open; dropped", job.id, version, job.index, state.version,
+                        extra=ctx)
+            return Merge(None, "early")
+        state = None  # a newer version than the emitted one: it opens (unseeded) below
     if state is None:
-        state = JobState(job_id=job.id, total=job.total, first_seen=now, last_seen=now)
+        state = JobState(job_id=job.id, total=job.total, first_seen=now, last_seen=now,
+                         version=version)
     elif state.emitted:
         log.debug("job %s: result for index %d after the job was emitted, ignored", job.id,
                  job.index, extra=ctx)
@@ -182,9 +201,69 @@ def merge_result(state: JobState | None, result: SynthesisResult, now: float) ->
     text = (result.metadata or {}).get("text")
     clips[job.index] = ClipState(request_id=result.request_id, voice_id=result.voice_id,
                                  status=result.status, audio=result.audio, error=result.error,
-                                 text=text if isinstance(text, str) else None)
+                                 text=text if isinstance(text, str) else None,
+                                 version=version)
     return Merge(msgspec.structs.replace(state, clips=clips, last_seen=now),
                  "merged" if old is None else "replaced")
+
+
+def _usable(result: SynthesisResult, job: JobRef, ctx: dict[str, str]) -> bool:
+    """False (with a warning) for a job ID, total, index or audio duration that would
+    corrupt the job."""
+    try:
+        check_id("job.id", job.id, REQUEST_ID_MAX)  # it becomes part of object keys
+    except ValueError as exc:
+        log.warning("result with an unusable job ID ignored: %s", exc, extra=ctx)
+        return False
+    if job.total > MAX_JOB_TOTAL:
+        log.warning("job %s: result says total %d, more than %d lines; ignored", job.id,
+                    job.total, MAX_JOB_TOTAL, extra=ctx)
+        return False
+    if not 0 <= job.index < job.total:
+        log.warning("job %s: result index %d outside 0..%d, ignored", job.id, job.index,
+                    job.total - 1, extra=ctx)
+        return False
+    if (job.version or 1) < 1:
+        log.warning("job %s: result says version %d; ignored", job.id, job.version, extra=ctx)
+        return False
+    audio = result.audio
+    if audio is not None and not 0.0 <= audio.duration_s <= MAX_CLIP_SECONDS:  # NaN too
+        # The timeline and subtitles are laid out from it: a negative or infinite one made
+        # every attempt to close the job fail, and the timer retried it forever.
+        log.warning("job %s: index %d has audio of %r s, ignored", job.id, job.index,
+                    audio.duration_s, extra=ctx)
+        return False
+    return True
+
+
+def result_version(result: SynthesisResult) -> int:
+    """The job version a result answers (1 for requests written before versions)."""
+    return (result.job.version if result.job else None) or 1
+
+
+def needs_opening(state: JobState | None, result: SynthesisResult) -> bool:
+    """Whether `result` starts a job version the table does not hold yet: then the caller
+    reads that version's manifest and seeds the state with `open_version` before merging."""
+    if result.job is None:
+        return False
+    version = result_version(result)
+    if state is None:
+        return version > 1
+    return state.emitted and version > state.version
+
+
+def open_version(job_id: str, version: int, manifest: JobManifest | None,
+                 now: float) -> JobState | None:
+    """A fresh state for revision `version`, holding the clips its manifest carries over;
+    None when there is no usable manifest (the merge then opens an empty state)."""
+    if manifest is None or manifest.job_id != job_id or manifest.version != version:
+        return None
+    clips = {c.index: ClipState(request_id=c.request_id, voice_id=c.voice_id,
+                                status=c.status, audio=c.audio, error=c.error, text=c.text,
+                                version=c.version or 1)
+             for c in manifest.carried if 0 <= c.index < manifest.total}
+    return JobState(job_id=job_id, total=manifest.total, first_seen=now, last_seen=now,
+                    clips=clips, version=version)
 
 
 def ready(state: JobState, now: float, timeout_s: float, not_before: float = 0.0) -> bool:
@@ -217,25 +296,29 @@ def clip_texts(state: JobState, manifest: JobManifest | None) -> dict[int, str]:
     return texts
 
 
-def build_job(state: JobState, *, manifest: JobManifest | None, gap_s: float,
+def build_job(state: JobState, *, manifest: JobManifest | None, gap_ms: int,
               completed_at: str, subtitles: str | None = None,
               track: AudioRef | None = None) -> JobCompleted:
-    """The job event: clips in index order; the timeline holds the clips that have audio."""
+    """The job event: clips in index order; the timeline holds the clips that have audio,
+    `gap_ms` apart (and says so in the event's `gap_ms`)."""
     texts = clip_texts(state, manifest)
     clips = [JobClip(index=i, request_id=c.request_id, voice_id=c.voice_id,
                      text=texts.get(i, ""), status=c.status,
                      duration_s=c.audio.duration_s if c.audio else 0.0,
-                     audio=c.audio, error=c.error)
+                     audio=c.audio, error=c.error, version=c.version)
              for i, c in sorted(state.clips.items())]
-    timeline = lay_out([(c.index, c.duration_s) for c in clips if c.audio is not None], gap_s)
+    timeline = lay_out([(c.index, c.duration_s) for c in clips if c.audio is not None],
+                       gap_ms / 1000)
     return JobCompleted(job_id=state.job_id, status=job_status(state), total=state.total,
                         clips=clips, timeline=timeline, completed_at=completed_at,
                         duration_s=timeline[-1].end_s if timeline else 0.0,
-                        subtitles=subtitles, track=track,
+                        subtitles=subtitles, track=track, gap_ms=gap_ms,
+                        version=state.version,
                         missing=[i for i in range(state.total) if i not in state.clips])
 
 
 def emitted_marker(state: JobState, status: JobStatus, now: float) -> JobState:
     """What the table keeps once the event is out: enough to ignore late duplicates."""
     return JobState(job_id=state.job_id, total=state.total, first_seen=state.first_seen,
-                    last_seen=state.last_seen, emitted=True, emitted_at=now, status=status)
+                    last_seen=state.last_seen, emitted=True, emitted_at=now, status=status,
+                    version=state.version)

@@ -4,17 +4,21 @@ Flow: SCRIPT (YAML or JSON) -> `consumers.clients.scripts.load_script` (every li
 the worker's own request rules, so a bad line fails there with exit 2, before anything is
 produced) -> `check_voices` (every voice the script names is registered, else exit 2 naming
 each unknown voice with its lines: a typo costs no round trip through the fleet) ->
-`put_manifest`:
-`jobs/{job_id}/script.json` in the store (the texts for the subtitles and the job's gap /
-concat options, read by the aggregator) -> requests routed (consumers.fleet: bounded
-loads over the fleet view, keys `voice_id` or `voice_id#shard`), each with
-`job: {id, index, total}` and the request ID `{job_id}-{index:04d}` -> `tts.requests`.
+`submit` (`consumers.clients.revisions.prepare_run`: version 1 of a new job ID, else the
+next version of a finished one with only its changed or failed lines, else "unchanged",
+nothing produced) -> `put_manifest`: `jobs/{job_id}[/v{N}]/script.json` in the store (the
+texts for the subtitles, the job's gap / concat options and a revision's carried clips,
+read by the aggregator) -> requests routed (consumers.fleet: bounded loads over the fleet
+view, keys `voice_id` or `voice_id#shard`), each with `job: {id, index, total[, version]}`
+and the request ID `{job_id}-{index:04d}` (`{job_id}-v{N}-{index:04d}` in version N) ->
+`tts.requests`. `job rerun JOB --failed | --lines` is the same from `prepare_rerun`.
 
 With `--wait`: the job's one `tts.results` partition (results are keyed by job ID) and its
 `tts.jobs` partition are assigned and their ends noted *before* the requests go out; results
 are then read from there, one per index (duplicates ignored), a progress line is redrawn on
 stderr (done, failed, rate, ETA), a summary table goes to stdout, and the aggregator's job
-event is awaited for a few seconds to print where the subtitles (and the track) are.
+event (of this version) is awaited for a few seconds to print where the subtitles (and
+the track) are.
 """
 
 from __future__ import annotations
@@ -29,26 +33,24 @@ from typing import Any, TextIO
 from aiokafka import TopicPartition
 
 from consumers.aggregator.state import encode_manifest
+from consumers.clients.revisions import Submission, prepare_rerun, prepare_run
 from consumers.clients.scripts import Script
 from consumers.fleet.sending import RoutedSender, routed
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
-from pipeline.keys import job_json_key, job_script_key, voice_json_key
+from pipeline.keys import job_script_key, voice_json_key
 from pipeline.storage import ObjectStore
 from topics.errors import ErrorCode, LocalError
 from topics.events import (
     JobCompleted,
+    SynthesisRequest,
     SynthesisResult,
     decode_job,
     decode_result,
 )
 from topics.partitioning import partition_for
 from topics.specs import JOBS, RESULTS, topic_names
-
-
-class JobAlreadyFinished(LocalError):
-    """The job ID's job.json exists: its event is out, a rerun needs a new job_id."""
 
 
 class UnknownVoices(LocalError):
@@ -147,9 +149,15 @@ class ProgressLine:
             self.stream.flush()
 
 
+def _index(request: SynthesisRequest) -> int:
+    return request.job.index if request.job is not None else 0
+
+
 def summary_table(script: Script, results: dict[int, SynthesisResult]) -> str:
+    """One row per produced line, by its job index (a revision produces only some)."""
     rows = [("#", "voice", "status", "dur_s", "request_id", "object / error")]
-    for i, request in enumerate(script.requests):
+    for request in script.requests:
+        i = _index(request)
         result = results.get(i)
         if result is None:
             rows.append((str(i), request.voice_id, "missing", "-", request.request_id,
@@ -176,7 +184,11 @@ def summary_table(script: Script, results: dict[int, SynthesisResult]) -> str:
 
 
 def describe_job(event: JobCompleted) -> str:
-    out = [f"job {event.job_id} {event.status}: {len(event.clips)}/{event.total} clips, "
+    version = event.version or 1
+    carried = sum(1 for c in event.clips if (c.version or 1) < version)
+    kept = f" ({carried} carried from earlier versions)" if carried else ""
+    name = f"{event.job_id} v{version}" if version > 1 else event.job_id
+    out = [f"job {name} {event.status}: {len(event.clips)}/{event.total} clips{kept}, "
            f"{event.duration_s:.2f} s on the timeline"]
     if event.subtitles:
         out.append(f"subtitles {event.subtitles}")
@@ -205,15 +217,31 @@ class Outcome:
 
 
 def put_manifest(store: ObjectStore, script: Script) -> None:
-    """Write script.json, refusing a job ID whose job already finished (its event is out
-    and the aggregator ignores new results for it)."""
-    done = store.stat(job_json_key(script.job_id))
-    if done is not None:
-        raise JobAlreadyFinished(
-            f"job {script.job_id} already finished (s3://{store.bucket}/{done.key}); a job "
-            "ID is used once, give the new run another job_id (e.g. with a -v2 suffix)")
-    store.put(job_script_key(script.job_id), encode_manifest(script.manifest),
+    """Write the script's version's script.json (before any of its requests exists)."""
+    manifest = script.manifest
+    store.put(job_script_key(script.job_id, manifest.version), encode_manifest(manifest),
               "application/json")
+
+
+def submit(store: ObjectStore, script: Script) -> Submission:
+    """The shared `job run` / POST /v1/jobs operation up to producing: voices checked,
+    the version planned (`revisions.prepare_run`), its manifest stored. The caller produces
+    `submission.requests` (none when `unchanged`)."""
+    check_voices(store, script)
+    submission = prepare_run(store, script)
+    if not submission.unchanged:
+        put_manifest(store, submission.script)
+    return submission
+
+
+def submit_rerun(store: ObjectStore, job_id: str, *, failed: bool,
+                 lines: frozenset[int] = frozenset()) -> Submission:
+    """`job rerun`: the latest finished version's lines without audio and/or those named."""
+    submission = prepare_rerun(store, job_id, failed=failed, lines=lines)
+    if not submission.unchanged:
+        check_voices(store, submission.script)
+        put_manifest(store, submission.script)
+    return submission
 
 
 async def run_job(settings: Settings, script: Script, *, wait: bool, timeout_s: float,
@@ -271,7 +299,8 @@ async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic:
                   timeout_s: float, job_timeout_s: float, stream: TextIO) -> Outcome:
     progress = Progress(total=len(script.requests))
     line = ProgressLine(progress, stream)
-    wanted = {r.request_id: i for i, r in enumerate(script.requests)}
+    wanted = {r.request_id: _index(r) for r in script.requests}
+    version = script.manifest.version
     results: dict[int, SynthesisResult] = {}
     job: JobCompleted | None = None
     deadline = time.monotonic() + timeout_s
@@ -292,7 +321,9 @@ async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic:
             for rec in records:
                 if tp.topic == jobs_topic:
                     if rec.key == script.job_id.encode() and rec.value:
-                        job = decode_job(rec.value)
+                        event = decode_job(rec.value)
+                        if (event.version or 1) == version:
+                            job = event
                     continue
                 result = decode_result(rec.value or b"{}")
                 index = wanted.get(result.request_id)
@@ -306,15 +337,26 @@ async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic:
 
 
 def run_command(settings: Settings, script: Script, *, wait: bool, timeout_s: float,
-                job_timeout_s: float, out: TextIO = sys.stdout,
-                err: TextIO = sys.stderr) -> int:
+                job_timeout_s: float, out: TextIO | None = None,
+                err: TextIO | None = None) -> int:
     """`job run` after the script parsed: 0 when every line succeeded (or, without --wait,
     when every request was produced), 1 otherwise."""
-    store = make_store(settings.store)
-    check_voices(store, script)
-    put_manifest(store, script)
-    print(f"job {script.job_id}: script s3://{store.bucket}/{job_script_key(script.job_id)}",
-          file=err)
+    return run_submission(settings, submit(make_store(settings.store), script), wait=wait,
+                          timeout_s=timeout_s, job_timeout_s=job_timeout_s, out=out, err=err)
+
+
+def run_submission(settings: Settings, submission: Submission, *, wait: bool,
+                   timeout_s: float, job_timeout_s: float, out: TextIO | None = None,
+                   err: TextIO | None = None) -> int:
+    """Produce a prepared version (`submit`, `submit_rerun`) and report as `job run`
+    (`out`, `err`: None is sys.stdout / sys.stderr as they are at the call)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    print(submission.describe(), file=err)
+    if submission.unchanged:
+        return 0
+    script = submission.script
+    key = job_script_key(script.job_id, submission.version)
+    print(f"job {script.job_id}: script s3://{settings.store.bucket}/{key}", file=err)
     outcome = asyncio.run(run_job(settings, script, wait=wait, timeout_s=timeout_s,
                                   job_timeout_s=job_timeout_s, stream=err))
     total = len(script.requests)

@@ -3,7 +3,8 @@
     SCRIPT file --load_script--> document --parse_script--> for each line: `_request`
       (the worker's own request rules, via decode_request) -> SynthesisRequest with
       `job: {id, index, total}` and request ID `{job_id}-{index:04d}`
-      + JobManifest (texts, gap, concat, track format) for `jobs/{job_id}/script.json`
+      + JobManifest (texts and each line's other request fields, gap, concat, track
+        format) for `jobs/{job_id}/script.json`
 
 A bad line fails here, with the file, line and rule in the message, before anything is
 produced (`voicefactory job run` exits 2).
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 import yaml
 
@@ -29,6 +31,8 @@ _LINE_KEYS = {"voice", "text", "instruct", "language", "format", "sample_rate", 
 _TOP_KEYS = {"job_id", "lines", "gap_ms", "concat", "track_format", "language", "format",
              "voice"}
 FORMATS = ("wav", "flac", "mp3", "opus")
+# Request fields that are not a line's content: the ID and job ref change per version.
+_NOT_CONTENT = {"schema", "request_id", "voice_id", "text", "job"}
 
 
 class ScriptError(LocalError):
@@ -40,6 +44,13 @@ class Script:
     job_id: str
     requests: list[SynthesisRequest]
     manifest: JobManifest
+
+
+def line_options(request: SynthesisRequest) -> dict[str, Any]:
+    """A request's content besides voice and text (language, format, ...), as JSON values:
+    what the manifest keeps so that a revision can compare a line and produce it again."""
+    built: dict[str, Any] = msgspec.to_builtins(request)
+    return {k: v for k, v in built.items() if k not in _NOT_CONTENT}
 
 
 def request_id_for(job_id: str, index: int) -> str:
@@ -88,7 +99,8 @@ def parse_script(doc: Any, *, source: str = "script", concat: bool | None = None
     manifest = JobManifest(
         job_id=job_id, total=len(requests), gap_ms=gap_ms, concat=use_concat,
         track_format=track_format, created_at=_now(),
-        lines=[ManifestLine(index=i, request_id=r.request_id, voice_id=r.voice_id, text=r.text)
+        lines=[ManifestLine(index=i, request_id=r.request_id, voice_id=r.voice_id, text=r.text,
+                            options=line_options(r))
                for i, r in enumerate(requests)])
     return Script(job_id=job_id, requests=requests, manifest=manifest)
 

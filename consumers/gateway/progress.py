@@ -37,7 +37,7 @@ class Progress:
 
 
 async def job_progress(kafka: KafkaSettings, topic: str, job_id: str, created_at: str, *,
-                       limit_s: float = 5.0) -> Progress:
+                       limit_s: float = 5.0, version: int = 1) -> Progress:
     tp = TopicPartition(topic, partition_for(job_id, RESULTS.partitions))
     since_ms = int(datetime.fromisoformat(created_at).timestamp() * 1000) - 60_000  # clock skew
     consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False)
@@ -51,7 +51,8 @@ async def job_progress(kafka: KafkaSettings, topic: str, job_id: str, created_at
             if record.key != key or not record.value:
                 continue
             result = decode_result(record.value)
-            if result.job is not None and result.job.id == job_id:
+            if result.job is not None and result.job.id == job_id and \
+                    (result.job.version or 1) == version:  # a revision counts its own lines
                 progress.statuses[result.job.index] = result.status
 
     try:

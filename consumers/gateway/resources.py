@@ -5,10 +5,14 @@ POST /v1/voices (multipart: `reference` file, `transcript`, optional `voice_id`,
   -> `register_voice` (the CLI's `voices add`) -> the event on tts.voices.
 GET /v1/voices, GET /v1/voices/{id}: voice.json objects; DELETE: `remove_voice` + tombstone.
 POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) ->
-  `put_manifest` (409 when the job ID already finished) -> requests on tts.requests (202).
-GET /v1/jobs/{id}: job.json once the aggregator closed the job (status, clips, subtitles
-  link), else "running" with the lines answered so far (`consumers.gateway.progress` reads
-  the job's tts.results partition from the script's creation time).
+  `consumers.clients.jobs.submit`, the very operation of `job run` (400 naming unknown
+  voices; version 1 of a new job, or the next version of a finished one with only its
+  changed or failed lines, docs/jobs.md) -> requests on tts.requests (202, with the
+  version and the lines produced); an unchanged script produces nothing (200, "unchanged").
+GET /v1/jobs/{id}: the latest version's job.json once the aggregator closed it (status,
+  clips, subtitles link), else "running" with the lines answered so far
+  (`consumers.gateway.progress` reads the job's tts.results partition from the script's
+  creation time).
 The store is synchronous (minio): its calls run in a thread, off the event loop.
 """
 
@@ -26,7 +30,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from consumers.aggregator.state import decode_manifest
-from consumers.clients.jobs import JobAlreadyFinished, UnknownVoices, check_voices, put_manifest
+from consumers.clients.jobs import UnknownVoices, submit
+from consumers.clients.revisions import RevisionError, latest_finished
 from consumers.clients.scripts import ScriptError, parse_script
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
@@ -35,7 +40,7 @@ from pipeline import keys
 from pipeline.reference import ReferenceReport, check_reference
 from pipeline.voices import list_voices, register_voice, remove_voice
 from topics.errors import VoiceFactoryError
-from topics.events import JobCompleted, VoiceRegistration, encode
+from topics.events import VoiceRegistration, encode
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
 
@@ -132,16 +137,19 @@ async def create_job(request: Request) -> Response:
     except ScriptError as exc:
         return json_error(400, str(exc), "invalid_request")
     try:
-        await asyncio.to_thread(check_voices, gw.store, script)
+        submission = await asyncio.to_thread(submit, gw.store, script)
     except UnknownVoices as exc:
         return json_error(400, str(exc), "voice_not_found", param="lines", voices=exc.missing)
-    try:
-        await asyncio.to_thread(put_manifest, gw.store, script)
-    except JobAlreadyFinished as exc:
-        return json_error(409, str(exc), "job_finished")
-    await gw.produce(gw.names.requests, script.requests)
-    return _json({"id": script.job_id, "object": "job", "status": "queued",
-                  "total": len(script.requests), "url": f"/v1/jobs/{script.job_id}"}, 202)
+    except RevisionError as exc:
+        return json_error(409, str(exc), "invalid_request")
+    body = {"id": script.job_id, "object": "job", "version": submission.version,
+            "total": len(script.requests), "url": f"/v1/jobs/{script.job_id}",
+            "lines": sorted(submission.reasons) if submission.version > 1 else None,
+            "message": submission.describe()}
+    if submission.unchanged:
+        return _json({**body, "status": "unchanged", "lines": []})
+    await gw.produce(gw.names.requests, submission.requests)
+    return _json({**body, "status": "queued"}, 202)
 
 
 async def job(request: Request) -> Response:
@@ -149,27 +157,34 @@ async def job(request: Request) -> Response:
     job_id = _path_id(request, "job_id", REQUEST_ID_MAX)
     if isinstance(job_id, Response):
         return job_id
-    raw = await asyncio.to_thread(gw.store.get, keys.job_json_key(job_id))
-    if raw is not None:
-        event = msgspec.json.decode(raw, type=JobCompleted)
+    done = await asyncio.to_thread(latest_finished, gw.store, job_id)
+    opened = (await asyncio.to_thread(gw.store.get,
+                                      keys.job_script_key(job_id, done.version + 1))
+              if done is not None else None)
+    if done is not None and opened is None:
+        event, version = done.event, done.version
         subtitles = None
         if event.subtitles:
             subtitles = await asyncio.to_thread(gw.store.presign,
-                                                keys.job_subtitles_key(job_id),
+                                                keys.job_subtitles_key(job_id, version),
                                                 gw.settings.store.presign_seconds)
         return _json({"id": job_id, "object": "job", "status": event.status,
+                      "version": version,
                       "total": event.total, "done": len(event.clips), "missing": event.missing,
                       "duration_s": event.duration_s, "subtitles": subtitles,
                       "clips": [msgspec.to_builtins(c) for c in event.clips],
                       "track": msgspec.to_builtins(event.track) if event.track else None})
-    script = await asyncio.to_thread(gw.store.get, keys.job_script_key(job_id))
+    script = opened if opened is not None else await asyncio.to_thread(
+        gw.store.get, keys.job_script_key(job_id))
     if script is None:
         return json_error(404, f"job {job_id!r} is unknown", "job_not_found")
     manifest = decode_manifest(script)
     progress = await job_progress(gw.settings.kafka, gw.names.results, job_id,
-                                  manifest.created_at)
+                                  manifest.created_at, version=manifest.version)
     return _json({"id": job_id, "object": "job", "status": "running",
-                  "total": manifest.total, "done": progress.done,
+                  "version": manifest.version,
+                  "total": manifest.total, "carried": len(manifest.carried),
+                  "done": progress.done,
                   "succeeded": progress.succeeded, "failed": progress.done - progress.succeeded,
                   "progress_complete": progress.complete})
 

@@ -15,6 +15,8 @@ redelivered (to this worker or to the partition's next owner):
                            offset below which every fetched record is done, via
                            consumer.commit; a commit refused after a rebalance is left to
                            the new owner, a broker error is retried on the next round
+    then update_lag()      LagMonitor (lag.py): lag of every assigned partition from the
+                           group's committed offset, and partitions whose commits are stuck
 
 A record leaves the in-flight count through step 3 or through abandon() (dropped from the
 queue on revocation, given back at shutdown, or its publish failed); either way a
@@ -37,6 +39,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from consumers.metrics import WorkerMetrics
+from consumers.worker.lag import LagMonitor
 from consumers.worker.offsets import OffsetTracker
 from consumers.worker.publisher import Publisher
 from topics.events import DeadLetter, SynthesisResult
@@ -47,17 +50,21 @@ log = logging.getLogger(__name__)
 class Checkpoint:
     """Pending offsets, in-flight records, revoked partitions, commits and lag of one worker.
 
-    `consumer` needs commit(offsets), assignment() and highwater(tp) (an AIOKafkaConsumer);
-    `publisher` sends and acknowledges answers. No Kafka call is made outside steps 2 and 4
-    and the lag report.
+    `consumer` needs commit(offsets), and for the lag what LagMonitor needs (an
+    AIOKafkaConsumer); `publisher` sends and acknowledges answers. No Kafka call is made
+    outside steps 2 and 4 and the lag report. `lag` is the LagMonitor (its stuck() is what
+    /readyz lists).
     """
 
     def __init__(self, *, consumer: Any, publisher: Publisher, metrics: WorkerMetrics,
-                 poll_s: float = 0.05) -> None:
+                 poll_s: float = 0.05, stuck_after_s: float = 120.0,
+                 lag: LagMonitor | None = None) -> None:
         self._consumer = consumer
         self._publisher = publisher
         self._metrics = metrics
         self._poll_s = poll_s
+        self.lag = lag or LagMonitor(consumer=consumer, metrics=metrics,
+                                     stuck_after_s=stuck_after_s)
         self._offsets = OffsetTracker()
         # Offsets per partition that began and are neither done nor abandoned. Sets, not
         # counts: ending a record twice (a late task after a revocation) cannot go negative.
@@ -76,6 +83,10 @@ class Checkpoint:
             return False
         self._inflight.setdefault(tp, set()).add(offset)
         return True
+
+    def resume_offset(self, tp: TopicPartition) -> int | None:
+        """One past the last record of `tp` taken since it was assigned (None: none yet)."""
+        return self._offsets.next_fetch(tp)
 
     def owns(self, tp: TopicPartition) -> bool:
         """False once `tp` is revoked (until it is assigned again): start no work for it."""
@@ -147,18 +158,18 @@ class Checkpoint:
             return False
         self.last_commit_ok = time.monotonic()
         self._offsets.mark_committed(offsets)
+        self.lag.committed(offsets)
         self._metrics.on_commit()
         return True
 
-    def update_lag(self) -> None:
-        """Per assigned partition: the high watermark minus the committed offset."""
-        consumer = self._consumer
-        for tp in consumer.assignment():
-            high = consumer.highwater(tp)
-            done = self._offsets.committed(tp)
-            if high is None or done is None:
-                continue
-            self._metrics.set_lag(tp.topic, tp.partition, max(0, high - done))
+    async def update_lag(self) -> None:
+        """Lag and commit stalls of every owned assigned partition, whoever committed it
+        (lag.py); revoked partitions are left to their new owner. It runs in the commit
+        loop: a fault in the report is logged, and the next round commits all the same."""
+        try:
+            await self.lag.update(owned=self.owns)
+        except Exception:
+            log.exception("lag report failed; commits go on")
 
     # -- partitions changing hands ---------------------------------------------------------
 
@@ -189,7 +200,7 @@ class Checkpoint:
         self._offsets.forget(tps)
         for tp in tps:
             self._inflight.pop(tp, None)
-            self._metrics.clear_lag(tp.topic, tp.partition)
+        self.lag.forget(tps)
 
     def _end(self, tp: TopicPartition, offset: int) -> None:
         offsets = self._inflight.get(tp)

@@ -7,7 +7,11 @@
     worker loop, before the result of a streamed request is published:
         ChunkStream.close(status, code): every chunk's delivery, then the final record
         (empty value, vf-final=1, vf-status, vf-error when not succeeded), sent and
-        acknowledged, retried with backoff like the result itself
+        acknowledged under the worker's one error policy (errors.deliver): retriable errors
+        back off and send again; when a chunk of the attempt was lost the stream ends
+        `failed` with vf-error `chunks_lost`; a final record refused for good is logged and
+        the stream counts as closed (its reader still gets the result); a fatal producer
+        error propagates (FatalPublishError)
 
 The partition is the one the request's producer named in `vf-reply-partition`, else the
 key's. Attempt ids are "<attempt>-<8 random hex>": new for every attempt, so a reader tells
@@ -21,20 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka.errors import KafkaError
-
 from consumers.metrics import WorkerMetrics
+from consumers.worker.errors import Backoff, OnFatal, Undeliverable, deliver
 from topics.chunks import chunk_headers
 
 log = logging.getLogger(__name__)
 
 MAX_RECORD_BYTES = 256 * 1024  # under the broker's 1 MiB default with room for batching
+CHUNKS_LOST = "chunks_lost"  # vf-error of a final record whose attempt lost chunks
 _ENQUEUE_TIMEOUT_S = 60.0
 
 
@@ -46,11 +49,12 @@ class ChunkPublisher:
     """Opens one ChunkStream per attempt of a streamed request; knows tts.audio's size."""
 
     def __init__(self, *, producer: Any, topic: str, metrics: WorkerMetrics | None = None,
-                 max_backoff_s: float = 5.0) -> None:
+                 max_backoff_s: float = 5.0, on_fatal: OnFatal | None = None) -> None:
         self.producer = producer
         self.topic = topic
         self.metrics = metrics or WorkerMetrics()
-        self.max_backoff_s = max_backoff_s
+        self.backoff = Backoff(max_s=max_backoff_s)
+        self.on_fatal = on_fatal
         self._partitions: set[int] | None = None
 
     def open(self, *, request_id: str, attempt: int, reply_partition: int | None,
@@ -114,34 +118,34 @@ class ChunkStream:
         self._pub.metrics.on_chunks(self.lane, len(pieces))
 
     async def close(self, status: str, error_code: str | None = None) -> None:
-        """The final record, after every chunk of this attempt; returns once acknowledged.
-        Retries while the broker is unreachable, as the result's publisher does."""
+        """The final record, after every chunk of this attempt; returns once acknowledged,
+        or once the broker refused it for good (logged). Retries while the broker is
+        unreachable, as the result's publisher does."""
         lost = [r for r in await asyncio.gather(*self._deliveries, return_exceptions=True)
                 if isinstance(r, BaseException)]
         if lost:
-            log.warning("%d of %d chunks were not delivered: %s", len(lost),
-                        len(self._deliveries), lost[0],
+            log.warning("%d of %d chunks were not delivered (%s): the stream ends failed",
+                        len(lost), len(self._deliveries), lost[0],
                         extra={"request_id": self.request_id, "attempt": self.attempt})
+            status, error_code = "failed", CHUNKS_LOST
         headers = chunk_headers(seq=self.seq, attempt=self.attempt,
                                 sample_rate=self.sample_rate, final=True, status=status,
                                 error=None if status == "succeeded" else error_code or status)
-        tries = 0
-        while True:
-            try:
-                partition = await self._target()
-                delivery = await self._pub.producer.send(
-                    self._pub.topic, b"", key=self.request_id.encode(), partition=partition,
-                    headers=headers)
-                await delivery
-                break
-            except KafkaError as exc:
-                tries += 1
-                delay = min(self._pub.max_backoff_s, 0.2 * 2 ** tries) * random.uniform(0.5, 1)  # noqa: S311
-                log.warning("final chunk record failed (%s), retrying in %.1f s", exc, delay,
-                            extra={"request_id": self.request_id})
-                await asyncio.sleep(delay)
-        self.closed = True
 
+        async def attempt() -> None:
+            partition = await self._target()
+            delivery = await self._pub.producer.send(
+                self._pub.topic, b"", key=self.request_id.encode(), partition=partition,
+                headers=headers)
+            await delivery
+
+        try:
+            await deliver(attempt, what="final chunk record", backoff=self._pub.backoff,
+                          on_fatal=self._pub.on_fatal, ctx={"request_id": self.request_id})
+        except Undeliverable as exc:
+            log.error("final chunk record refused for good (%s); the stream has no end "
+                      "record, its result follows", exc, extra={"request_id": self.request_id})
+        self.closed = True
 
     async def _target(self) -> int | None:
         if not self._resolved:

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aiokafka.errors import KafkaError
+
 from consumers.health import Heartbeat
 from consumers.settings import Settings
 from consumers.worker.checkpoint import Checkpoint
@@ -33,6 +35,7 @@ class WorkerLifecycle:
     _consumer: Any
     heartbeat: Heartbeat
     checkpoint: Checkpoint | None
+    fatal: KafkaError | None
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -55,7 +58,13 @@ class WorkerLifecycle:
 
     async def readiness(self) -> tuple[bool, dict[str, object]]:
         """/readyz: engine loaded (as `engine_ready` reports it), broker and store reachable,
-        partitions assigned, not draining."""
+        partitions assigned, not draining, the producer not in a fatal state.
+
+        `stuck_partitions` lists the partitions whose commits are stuck (lag.py) but does not
+        make the worker unready: a 503 would not move the stuck record (no Service routes
+        work here), and an unready pod holds the PodDisruptionBudget's one disruption and
+        stalls a StatefulSet rollout, which may be the fix (docs/operations.md).
+        """
         store_ok = await asyncio.to_thread(self._processor.store_reachable)
         broker_ok = max(self._last_fetch_ok,
                         self.checkpoint.last_commit_ok if self.checkpoint else 0.0)
@@ -65,6 +74,10 @@ class WorkerLifecycle:
             "store": store_ok,
             "assignment": bool(self._consumer and self._consumer.assignment()),
             "draining": self._stopping.is_set(),
+            "stuck_partitions": ([s.as_dict() for s in self.checkpoint.lag.stuck()]
+                                 if self.checkpoint else []),
+            "producer_fatal": self.fatal is not None,
         }
         ready = all(checks[k] for k in ("engine_loaded", "broker", "store", "assignment"))
+        ready = ready and self.fatal is None
         return ready and not self._stopping.is_set(), checks

@@ -1,7 +1,8 @@
 """The synthesis worker: `tts.requests[.interactive]` -> audio objects + `tts.results`.
 
     fetch loop (here): step 0, Checkpoint.begin (offset pending, record in flight)
-        │ undecodable / invalid ──> DLQ record / rejected result ─────────────┐
+        │ unreadable by aiokafka (unreadable.py) ──> DLQ record ──────────────┐
+        │ undecodable / invalid ──> DLQ record / rejected result ─────────────┤
         │ cancelled (cancellation.py) ──> cancelled result ───────────────────┤
         │ valid: InFlightRequest (inflight.py), lane from its topic           │
         v                                                                     │
@@ -16,13 +17,16 @@
         │ result, or a failed result + DLQ record once the policy gives up    │
         v                                                                     v
     Checkpoint.answer (checkpoint.py): step 2, Publisher (publisher.py) sends and waits
-        for acks=all -> step 3, offset done (OffsetTracker, offsets.py)
+        for acks=all -> step 3, offset done (OffsetTracker, offsets.py); a record the
+        broker can never take gets a smaller answer (deadletters.py), a fatal producer
+        error (errors.py) -> _on_fatal: /readyz drops, stop, run() raises (exit 1)
     ("stream": true: each on its own through StreamRunner (streams.py), chunks to
     tts.audio as they come, the final chunk record acknowledged before step 2)
         │
         v
     commit loop (here, every 0.5 s): step 4, Checkpoint.commit: contiguous done offsets
-        per partition -> consumer.commit; then Checkpoint.update_lag
+        per partition -> consumer.commit; then Checkpoint.update_lag (lag.py: lag from the
+        group's committed offsets, partitions whose commits are stuck)
     revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> Checkpoint.wait_idle
         -> Checkpoint.commit -> Checkpoint.forget
     control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
@@ -61,6 +65,8 @@ from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher
+from consumers.worker.deadletters import unreadable_letter
+from consumers.worker.errors import FatalPublishError
 from consumers.worker.fleet import StatusReporter
 from consumers.worker.gate import BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
@@ -70,6 +76,8 @@ from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
 from consumers.worker.shape import WorkerShape
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
+from consumers.worker.unreadable import UnreadableRecords
+from pipeline.storage import ObjectStore
 from pipeline.synthesis import Outcome, RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisResult
@@ -85,7 +93,8 @@ class SynthesisWorker(WorkerLifecycle):
                  commit_interval_s: float = 0.5, device_gate: LaneGate | None = None,
                  engine_ready: Callable[[], bool] | None = None,
                  warm_up: Callable[[], None] | None = None,
-                 hot_voices: Callable[[], list[str]] = list) -> None:
+                 hot_voices: Callable[[], list[str]] = list,
+                 store: ObjectStore | None = None) -> None:
         s = settings.worker
         self._settings = settings
         self._processor = processor
@@ -104,6 +113,8 @@ class SynthesisWorker(WorkerLifecycle):
         self._warm_up = warm_up
         self._warming = False
         self._hot_voices = hot_voices
+        self._store = store  # keeps the values of dead letters too big to carry inline
+        self.fatal: KafkaError | None = None  # the producer's fatal error, once it came
         self._commit_interval_s = commit_interval_s
         self.retry = RetryPolicy(max_attempts=s.max_attempts,
                                  storage_retry_s=s.storage_retry_seconds,
@@ -159,6 +170,19 @@ class SynthesisWorker(WorkerLifecycle):
                 raise
             await self._stopping.wait()
         log.info("worker stopped after %d requests", self.processed)
+        if self.fatal is not None:  # `voicefactory worker` exits 1
+            raise FatalPublishError(self.fatal)
+
+    def _on_fatal(self, exc: KafkaError) -> None:
+        """The producer can publish nothing more: readiness drops (lifecycle.py reads
+        `fatal`), then the worker drains what it can and run() raises."""
+        if self.fatal is not None:
+            return
+        self.fatal = exc
+        log.critical("the producer can publish nothing more (%s: %s): stopping the worker; "
+                     "unanswered records stay uncommitted for the next owner",
+                     type(exc).__name__, exc)
+        self._stopping.set()
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         s = self._settings.worker
@@ -190,11 +214,14 @@ class SynthesisWorker(WorkerLifecycle):
         startup.push_stop(stack, "control reader", reader.stop, logger=log)
         startup.push_stop(stack, "group consumer", consumer.stop, logger=log)
         self._consumer = consumer
+        publisher = Publisher(producer=producer, names=self._names, store=self._store,
+                              on_fatal=self._on_fatal, store_retry_s=s.storage_retry_seconds)
         self.checkpoint = Checkpoint(consumer=consumer, metrics=self.metrics,
-                                     publisher=Publisher(producer=producer, names=self._names))
+                                     publisher=publisher,
+                                     stuck_after_s=s.stuck_partition_seconds)
         self.streams = StreamRunner(
             chunks=ChunkPublisher(producer=producer, topic=self._names.audio,
-                                  metrics=self.metrics),
+                                  metrics=self.metrics, on_fatal=self._on_fatal),
             processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics,
             names=self._names, threads=self._threads, checker=self.cancels.checker)
         fleet = StatusReporter(worker_id=s.instance_id, producer=producer, consumer=consumer,
@@ -278,6 +305,9 @@ class SynthesisWorker(WorkerLifecycle):
                 log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(0.5)
                 continue
+            except UnicodeDecodeError as exc:  # a record aiokafka cannot parse: unreadable.py
+                await self._unreadable(consumer).recover(exc)
+                continue
             self._last_fetch_ok = time.monotonic()
             for tp, records in batches.items():
                 if not cp.owns(tp):
@@ -285,6 +315,23 @@ class SynthesisWorker(WorkerLifecycle):
                 for rec in records:
                     self._accept(tp, rec)
             lanes.report_depth(self.metrics, self.batcher)
+
+    def _unreadable(self, consumer: Any) -> UnreadableRecords:
+        def dead_letter(tp: TopicPartition, offset: int, why: str) -> None:
+            if not self._cp.begin(tp, offset):
+                return
+            self.metrics.on_request_in()
+            self.metrics.on_dlq(ErrorCode.INVALID_JSON.value)
+            rec, dlq = unreadable_letter(tp, offset, why)
+            self._spawn(self._cp.answer(tp, rec, dlq=dlq),
+                        {"partition": tp.partition, "offset": offset})
+
+        def accept(tp: TopicPartition, rec: ConsumerRecord[bytes, bytes]) -> None:
+            if self._cp.owns(tp):
+                self._accept(tp, rec)
+
+        return UnreadableRecords(consumer=consumer, resume=self._cp.resume_offset,
+                                 accept=accept, dead_letter=dead_letter)
 
     def _accept(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes]) -> None:
         ctx = {"partition": rec.partition, "offset": rec.offset}
@@ -434,7 +481,7 @@ class SynthesisWorker(WorkerLifecycle):
                ctx: Mapping[str, Any] | None = None) -> None:
         """A task of the answer path (publishing, a retry timer): kept to cancel at the
         drain, and logged with the record's `ctx` if it dies, since nobody awaits it."""
-        task = asyncio.create_task(coro)
+        task = asyncio.create_task(_fatal_logged_once(coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         startup.watch(task, logger=log, what=getattr(coro, "__qualname__", "worker task"),
@@ -446,4 +493,10 @@ class SynthesisWorker(WorkerLifecycle):
         while True:
             await asyncio.sleep(self._commit_interval_s)
             await self._cp.commit()  # step 4
-            self._cp.update_lag()
+            await self._cp.update_lag()  # and stuck partitions (lag.py)
+
+
+async def _fatal_logged_once(coro: Coroutine[Any, Any, None]) -> None:
+    """An answer cut short by a fatal producer error: _on_fatal logged it once already."""
+    with contextlib.suppress(FatalPublishError):
+        await coro

@@ -23,7 +23,7 @@ from aiokafka.structs import TopicPartition
 class _Partition:
     """Outstanding offsets of one partition and how far its commit point has advanced."""
 
-    __slots__ = ("committed", "done", "fetched", "heap", "position")
+    __slots__ = ("committed", "done", "fetched", "heap", "next_fetch", "position")
 
     def __init__(self) -> None:
         self.heap: list[int] = []  # fetched offsets the commit point has not passed, min first
@@ -31,10 +31,12 @@ class _Partition:
         self.done: set[int] = set()  # those of them that are finished
         self.position: int | None = None  # next offset to commit; None until one is done
         self.committed: int | None = None  # the last position handed to mark_committed
+        self.next_fetch = 0  # one past the highest offset ever added
 
     def add(self, offset: int) -> bool:
         if offset in self.fetched or (self.position is not None and offset < self.position):
             return False  # redelivered after a seek or a retried fetch: already accounted for
+        self.next_fetch = max(self.next_fetch, offset + 1)
         heapq.heappush(self.heap, offset)
         self.fetched.add(offset)
         return True
@@ -97,6 +99,12 @@ class OffsetTracker:
         """The last offset `mark_committed` recorded for `tp` (None if none, or forgotten)."""
         part = self._parts.get(tp)
         return None if part is None else part.committed
+
+    def next_fetch(self, tp: TopicPartition) -> int | None:
+        """One past the highest offset added for `tp` since it was (re)assigned; None if none:
+        where its fetching must resume so that no record is skipped."""
+        part = self._parts.get(tp)
+        return None if part is None or not part.next_fetch else part.next_fetch
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Drop the state of revoked partitions; their unfinished offsets go to the next owner."""

@@ -1,70 +1,80 @@
 """Publishing a request's answer: result and/or DLQ record, acknowledged by the broker.
 
-publish() returns only once every record it sent is acknowledged (acks=all); when the broker
-is unreachable it retries with backoff instead of failing, because an answer that was
-never delivered must keep its offset uncommitted, and giving up would stall the partition.
+    Checkpoint.answer -> publish(rec, result=..., dlq=...):
+        result -> errors.deliver(send to tts.results + ack)
+            refused for good (Undeliverable): logged, and a DLQ record names it instead
+        dlq    -> DeadLetters.publish (deadletters.py): inline, by reference to the stored
+            value, truncated, minimal: the first stage that fits and is acknowledged
+    returns once every record it sent is acknowledged (acks=all) -> the offset may commit
+
+One error policy (errors.py) for all of it: a retriable error (broker unreachable, leader
+moving) backs off and sends again for as long as it takes, since an answer never delivered
+must keep its offset uncommitted; a record the broker can never take gets a smaller answer
+and the offset moves on; a fatal producer state (fenced, not authorized) calls `on_fatal`
+(the worker drops readiness and stops) and raises FatalPublishError, so the offset stays
+uncommitted for the next owner.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
-import random
 from typing import Any
 
 from aiokafka import ConsumerRecord
-from aiokafka.errors import KafkaError
 
+from consumers.kafka import PRODUCER_MAX_REQUEST_BYTES
 from consumers.tracing import child_traceparent
-from pipeline.answers import now_iso
+from consumers.worker.deadletters import DeadLetters, dead_letter
+from consumers.worker.errors import Backoff, OnFatal, Undeliverable, deliver
+from pipeline.storage import ObjectStore
 from topics.events import DeadLetter, SynthesisResult, encode
 from topics.specs import TopicNames
 
 log = logging.getLogger(__name__)
 
-
-def dead_letter(rec: ConsumerRecord[bytes, bytes], reason: str) -> DeadLetter:
-    """The original bytes, key and headers (base64) with where they came from and why."""
-    return DeadLetter(
-        topic=rec.topic, partition=rec.partition, offset=rec.offset, reason=reason,
-        failed_at=now_iso(),
-        key_b64=base64.b64encode(rec.key).decode() if rec.key is not None else None,
-        value_b64=base64.b64encode(rec.value or b"").decode(),
-        headers=[(k, base64.b64encode(v).decode()) for k, v in rec.headers])
+__all__ = ["Publisher", "dead_letter"]
 
 
 class Publisher:
-    def __init__(self, *, producer: Any, names: TopicNames, max_backoff_s: float = 5.0) -> None:
+    def __init__(self, *, producer: Any, names: TopicNames, max_backoff_s: float = 5.0,
+                 store: ObjectStore | None = None,
+                 max_request_size: int = PRODUCER_MAX_REQUEST_BYTES,
+                 on_fatal: OnFatal | None = None, store_retry_s: float = 300.0) -> None:
         self._producer = producer
         self._names = names
-        self._max_backoff_s = max_backoff_s
+        self._backoff = Backoff(max_s=max_backoff_s)
+        self._on_fatal = on_fatal
+        self.dead_letters = DeadLetters(producer=producer, topic=names.dlq, store=store,
+                                        max_request_size=max_request_size,
+                                        backoff=self._backoff, on_fatal=on_fatal,
+                                        store_retry_s=store_retry_s)
 
     async def publish(self, rec: ConsumerRecord[bytes, bytes], *,
                       result: SynthesisResult | None = None,
                       dlq: DeadLetter | None = None) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self._send(rec, result, dlq)
-                return
-            except KafkaError as exc:
-                attempt += 1
-                delay = min(self._max_backoff_s, 0.2 * 2 ** attempt) * random.uniform(0.5, 1.0)  # noqa: S311
-                log.warning("publishing the answer failed (%s), retrying in %.1f s", exc, delay,
-                            extra={"partition": rec.partition, "offset": rec.offset,
-                                   "request_id": result.request_id if result else None})
-                await asyncio.sleep(delay)
-
-    async def _send(self, rec: ConsumerRecord[bytes, bytes], result: SynthesisResult | None,
-                    dlq: DeadLetter | None) -> None:
-        futures = []
-        if result is not None:
-            headers = [("traceparent", child_traceparent(rec.headers).encode())]
-            futures.append(await self._producer.send(
-                self._names.results, encode(result), key=result.result_key(), headers=headers))
+        if result is not None and not await self._result(rec, result) and dlq is None:
+            dlq = dead_letter(rec, f"result undeliverable: {result.status} result for "
+                                   f"request {result.request_id} refused by the broker")
         if dlq is not None:
-            futures.append(await self._producer.send(
-                self._names.dlq, encode(dlq), key=rec.key,
-                headers=[*rec.headers, ("vf-reason", dlq.reason.encode()[:512])]))
-        await asyncio.gather(*futures)
+            await self.dead_letters.publish(rec, dlq)
+
+    async def _result(self, rec: ConsumerRecord[bytes, bytes], result: SynthesisResult) -> bool:
+        """True once acknowledged; False when the broker refused it for good."""
+        value = encode(result)
+        headers = [("traceparent", child_traceparent(rec.headers).encode())]
+
+        async def attempt() -> None:
+            delivery = await self._producer.send(self._names.results, value,
+                                                 key=result.result_key(), headers=headers)
+            await delivery
+
+        ctx = {"partition": rec.partition, "offset": rec.offset,
+               "request_id": result.request_id}
+        try:
+            await deliver(attempt, what="result", backoff=self._backoff,
+                          on_fatal=self._on_fatal, ctx=ctx)
+        except Undeliverable as exc:
+            log.error("result (%d bytes) refused for good: %s; dead-lettering the request",
+                      len(value), exc, extra=ctx)
+            return False
+        return True

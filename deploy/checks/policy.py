@@ -154,7 +154,9 @@ def _scaled_object(docs: list[Doc], config: dict[str, str]) -> list[str]:
     meta = kafka[0].get("metadata", {})
     want = {
         "topic": config.get("VF_TOPIC_PREFIX", "") + REQUESTS.name,
-        "consumerGroup": config.get("VF_GROUP_ID", "vf-synth"),
+        # Unset, the worker's group carries the topic prefix (consumers.settings).
+        "consumerGroup": config.get("VF_GROUP_ID",
+                                    config.get("VF_TOPIC_PREFIX", "") + "vf-synth"),
         "bootstrapServers": config.get("VF_KAFKA_BOOTSTRAP", ""),
     }
     for key, value in want.items():

@@ -26,7 +26,9 @@ openai-whisper (an sdist: `pip wheel --no-deps openai-whisper`), onnxruntime-gpu
 project's own soundfile, soxr, msgspec, orjson, pypinyin, num2words, cn2an. Then
 `run(carry=[".cosy"], command="pip install --no-index --no-deps --target /tmp/site
 .cosy/*.whl && PYTHONPATH=.:/tmp/site python3 deploy/device/cosyvoice_gpu.py --source
-.cosy/third_party")`. Not run yet: no GPU was lent to the task that wrote it.
+.cosy/third_party")`; the image has Python 3.12, so download cp312 wheels (also cryptography,
+jaraco.functools, beautifulsoup4 + soupsieve, loguru, pysocks, cffi + pycparser, librosa +
+audioread, pooch, decorator, platformdirs). Last run: docs/cosyvoice.md ("On a GPU").
 """
 
 from __future__ import annotations

@@ -316,10 +316,11 @@ async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings
                                  headers={"Authorization": f"Bearer {api_key}"}) as http:
         created = await http.post("/v1/jobs", json=script)
         assert created.status_code == 202 and created.json()["total"] == 2
+        assert (created.json()["status"], created.json()["version"]) == ("queued", 1)
         status = await http.get("/v1/jobs/http-job-1")
         assert status.json() == {"id": "http-job-1", "object": "job", "status": "running",
-                                 "total": 2, "done": 0, "succeeded": 0, "failed": 0,
-                                 "progress_complete": True}
+                                 "version": 1, "total": 2, "carried": 0, "done": 0,
+                                 "succeeded": 0, "failed": 0, "progress_complete": True}
         await _answer_line(gw_settings, "http-job-1", 1, total=2, voice=voice)
         status = await http.get("/v1/jobs/http-job-1")
         assert (status.json()["done"], status.json()["succeeded"]) == (1, 1)
@@ -331,7 +332,42 @@ async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings
         assert typo.json()["voices"] == {voice + "-typo": [2]}
         assert (await http.get("/v1/jobs/http-job-2")).status_code == 404  # nothing stored
         assert (await http.get("/v1/jobs/nope")).status_code == 404
-    assert await produced(gw_settings, REQUESTS.name, REQUESTS.partitions) == 2
+
+        # Once version 1 is finished (its job.json, as the aggregator writes it), the same
+        # operation as `job run`: an edited script is version 2 with the changed line only.
+        _finish_as_the_aggregator_would(gw_settings, "http-job-1", voice, ["One.", "Two."])
+        revised = {**script, "lines": [script["lines"][0], {"voice": voice, "text": "Deux."}]}
+        created = await http.post("/v1/jobs", json=revised)
+        assert created.status_code == 202, created.text
+        assert (created.json()["version"], created.json()["lines"]) == (2, [1])
+        status = await http.get("/v1/jobs/http-job-1")
+        assert (status.json()["status"], status.json()["version"],
+                status.json()["carried"]) == ("running", 2, 1)
+        _finish_as_the_aggregator_would(gw_settings, "http-job-1", voice, ["One.", "Deux."],
+                                        version=2)
+        same = await http.post("/v1/jobs", json=revised)
+        assert (same.status_code, same.json()["status"], same.json()["version"]) == \
+            (200, "unchanged", 2)
+        assert (await http.get("/v1/jobs/http-job-1")).json()["version"] == 2
+    assert await produced(gw_settings, REQUESTS.name, REQUESTS.partitions) == 3
+
+
+def _finish_as_the_aggregator_would(settings: Settings, job_id: str, voice: str,
+                                    texts: list[str], version: int = 1) -> None:
+    from consumers.wiring import make_store
+    from pipeline.keys import job_json_key
+    from topics.events import AudioRef, JobClip, JobCompleted, encode
+
+    clips = [JobClip(index=i, request_id=f"{job_id}-{i:04d}", voice_id=voice, text=t,
+                     status="succeeded", duration_s=1.0, version=1,
+                     audio=AudioRef(bucket=settings.store.bucket, key=f"audio/x/{i}.wav",
+                                    url="u", format="wav", sample_rate=24000,
+                                    duration_s=1.0, bytes=1, sha256="0" * 64))
+             for i, t in enumerate(texts)]
+    event = JobCompleted(job_id=job_id, status="succeeded", total=len(texts), clips=clips,
+                         timeline=[], completed_at="2026-01-01T00:00:00Z", version=version)
+    make_store(settings.store).put(job_json_key(job_id, version), encode(event),
+                                   "application/json")
 
 
 async def test_a_replica_killed_mid_stream_fails_its_clients_only(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import itertools
+import os
 import signal
 import socket
 import subprocess
@@ -15,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -435,3 +438,154 @@ async def _committed_at_least(settings: Settings, job_id: str, offset: int,
         raise AssertionError(f"{app_id(settings)} never committed {offset} on {tp}")
     finally:
         await consumer.stop()
+
+
+# --- revisions, consumed as an outsider would ----------------------------------------------
+
+
+SCHEMAS = REPO / "topics" / "schemas"
+
+
+def _outsider_decode(values: list[bytes], schema: str) -> list[dict[str, Any]]:
+    """What a consumer in another language does: plain JSON, checked against the published
+    schema file only (no project types)."""
+    import json
+
+    import jsonschema
+
+    checker = jsonschema.Draft202012Validator(
+        json.loads((SCHEMAS / f"{schema}.json").read_text("utf-8")),
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    out = []
+    for value in values:
+        doc = json.loads(value)
+        checker.validate(doc)
+        out.append(doc)
+    return out
+
+
+def _http_get(url: str) -> str:
+    """A presigned URL fetched with no S3 credentials at all."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:  # our own store
+        return str(response.read().decode("utf-8"))
+
+
+_COLOURS = ("red", "blue", "green", "grey", "gold", "pink", "black", "white", "brown", "teal")
+_ANIMALS = ("fox", "owl", "cat", "crow", "wolf")
+
+
+@pytest.mark.parametrize(("n", "bad"), [
+    (10, (6,)),
+    # The issue's figure: 50 lines, 2 bad (about 30 s more here); VF_TEST_SLOW=1 runs it.
+    pytest.param(50, (7, 31), marks=pytest.mark.skipif(
+        not os.environ.get("VF_TEST_SLOW"), reason="slow: set VF_TEST_SLOW=1")),
+])
+async def test_a_revision_re_synthesizes_only_the_fixed_lines_and_emits_version_2(
+        settings: Settings, voices: list[str], aggregator: Aggregator, n: int,
+        bad: tuple[int, ...]) -> None:
+    from consumers.clients.jobs import submit
+
+    job_id = f"rev{n}"  # the session's bucket is shared by the parameters
+
+    # Texts without digits, so the engine sees them as written (numbers are read out).
+    lines = [(("narrator", "li", "sam")[i % 3], "en",
+              f"The {_COLOURS[i % 10]} {_ANIMALS[i // 10]} says its line.") for i in range(n)]
+    # The worker rejects this language (no espeak-ng voice); job run's checks let it pass.
+    broken = [(v, "tlh" if i in bad else lang, t) for i, (v, lang, t) in enumerate(lines)]
+    store = make_store(settings.store)
+    aggregator.start()
+    await aggregator.ready()
+    synthesized: list[str] = []
+    async with RunningWorker(settings) as running:
+        engine = running.runtime.engine
+        real = engine.synthesize
+
+        def counting(profile: Any, batch: list[Any]) -> Any:
+            synthesized.extend(item.text for item in batch)
+            return real(profile, batch)
+
+        engine.synthesize = counting  # type: ignore[method-assign]
+        first = submit(store, _script(job_id, broken, gap_ms=150))
+        assert first.version == 1 and len(first.requests) == n
+        out1 = await run_job(settings, first.script, wait=True, timeout_s=240,
+                             job_timeout_s=60, stream=sys.stderr)
+        assert out1 is not None and out1.job is not None, aggregator.tail()
+        assert [i for i, r in out1.results.items() if r.status != "succeeded"] == list(bad)
+        assert all(out1.results[i].status == "rejected" for i in bad)
+
+        synthesized.clear()
+        second = submit(store, _script(job_id, lines, gap_ms=150))
+        assert (second.version, second.reasons) == (2, dict.fromkeys(bad, "changed"))
+        started = time.monotonic()
+        out2 = await run_job(settings, second.script, wait=True, timeout_s=240,
+                             job_timeout_s=60, stream=sys.stderr)
+        assert out2 is not None and out2.job is not None, aggregator.tail()
+        print(f"{n} lines, {len(bad)} fixed: version 2 event "
+              f"{time.monotonic() - started:.2f} s after its requests were produced",
+              file=sys.stderr)
+        # The engine saw, in all of version 2, exactly the fixed lines' texts.
+        assert sorted(synthesized) == sorted(lines[i][2] for i in bad)
+
+        again = submit(store, _script(job_id, lines, gap_ms=150))
+        assert again.unchanged and again.requests == []
+
+    names = topic_names(settings.kafka.topic_prefix)
+    jobs = [j for j in _outsider_decode(await _read_all(settings, names.jobs), "tts.job.v1")
+            if j["job_id"] == job_id]
+    results = [r for r in _outsider_decode(await _read_all(settings, names.results),
+                                           "tts.result.v1")
+               if isinstance(r.get("job"), dict) and r["job"]["id"] == job_id]
+    assert [j["version"] for j in jobs] == [1, 2]  # exactly one event per version
+    v1, v2 = jobs
+    by_version: dict[int, set[str]] = {}
+    for r in results:
+        job = r["job"]
+        assert isinstance(job, dict)
+        by_version.setdefault(job.get("version", 1), set()).add(str(r["request_id"]))
+    assert by_version == {1: {f"{job_id}-{i:04d}" for i in range(n)},
+                          2: {f"{job_id}-v2-{i:04d}" for i in bad}}
+
+    # Version 1: partial from a rejected line, nothing missing; version 2: complete.
+    assert (v1["status"], v1.get("missing", [])) == ("partial", [])  # left out when empty
+    assert [s["index"] for s in v1["timeline"]] == [i for i in range(n) if i not in bad]
+    assert (v2["status"], v2.get("missing", []), v2["gap_ms"]) == ("succeeded", [], 150)
+    clips = v2["clips"]
+    timeline = v2["timeline"]
+    assert isinstance(clips, list) and isinstance(timeline, list)
+    assert [c["index"] for c in clips] == [s["index"] for s in timeline] == list(range(n))
+    assert [c["version"] for c in clips] == [2 if i in bad else 1 for i in range(n)]
+    v1_clips = {c["index"]: c for c in v1["clips"]}
+    for c in clips:
+        if c["index"] not in bad:  # carried: the very same object as in version 1
+            assert c["request_id"] == v1_clips[c["index"]]["request_id"]
+            assert c["audio"]["key"] == v1_clips[c["index"]]["audio"]["key"]
+    for left, right in itertools.pairwise(timeline):
+        assert right["start_s"] == pytest.approx(left["end_s"] + 0.15, abs=0.002)
+
+    # The subtitles, fetched as an outsider would: by presigned URL, no credentials.
+    srt = parse_srt(_http_get(str(v2["subtitles_url"])))
+    assert [c.text for c in srt] == [t for _, _, t in lines]
+    for cue, span in zip(srt, timeline, strict=True):
+        assert abs(cue.start_s - span["start_s"]) <= 0.002
+        assert abs(cue.end_s - span["end_s"]) <= 0.002
+    vtt = _http_get(str(v2["subtitles_vtt_url"]))
+    assert vtt.startswith("WEBVTT") and len(parse_srt(vtt)) == n
+    assert str(v2["subtitles"]).endswith(f"jobs/{job_id}/v2/subtitles.srt")
+
+    # Version 1's event and files are as they were.
+    import json
+
+    assert json.loads(store.get(job_json_key(job_id)) or b"") == v1
+    assert len(parse_srt((store.get(job_subtitles_key(job_id)) or b"").decode())) == \
+        n - len(bad)
+
+    # The example downstream consumer, asked for version 2, marks what it can keep.
+    plan = subprocess.run(
+        [sys.executable, str(REPO / "docs/examples/video-factory/plan.py"), "--from-beginning",
+         "--bootstrap", settings.kafka.bootstrap, "--topic", names.jobs, "--job", job_id,
+         "--version", "2"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"job {job_id} v2: succeeded, {n}/{n} clips" in plan
+    assert plan.count("(as in v1)") == n - len(bad)
+    assert aggregator.stop() == 0, aggregator.tail()

@@ -52,11 +52,22 @@ def test_flags_override_the_environment_group_by_group(monkeypatch: pytest.Monke
     monkeypatch.setenv("VF_KAFKA_BOOTSTRAP", "kafka:9092")
     args = voicefactory.build_parser().parse_args(
         ["worker", "--bootstrap", "b:1", "--engine", "bench", "--max-inflight", "3",
-         "--instance-id", "w9", "--metrics-port", "-1", "--bucket", "clips"])
+         "--instance-id", "w9", "--metrics-port", "-1", "--bucket", "clips",
+         "--stuck-partition-seconds", "45"])
     s = voicefactory._settings(args)
     assert (s.kafka.bootstrap, s.engine.name, s.store.bucket) == ("b:1", "bench", "clips")
     assert (s.worker.max_inflight, s.worker.max_batch, s.worker.instance_id,
-            s.worker.metrics_port) == (3, 4, "w9", -1)
+            s.worker.metrics_port, s.worker.stuck_partition_seconds) == (3, 4, "w9", -1, 45)
+
+
+def test_the_topic_prefix_flag_also_prefixes_the_worker_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VF_GROUP_ID", raising=False)
+    monkeypatch.delenv("VF_TOPIC_PREFIX", raising=False)
+    args = voicefactory.build_parser().parse_args(["worker", "--topic-prefix", "qa."])
+    assert voicefactory._settings(args).worker.group_id == "qa.vf-synth"
+    monkeypatch.setenv("VF_GROUP_ID", "fleet-a")
+    assert voicefactory._settings(args).worker.group_id == "fleet-a"
 
 
 def test_cancel_needs_exactly_one_usable_target_and_exits_2_otherwise(

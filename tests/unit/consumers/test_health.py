@@ -14,8 +14,10 @@ from aiokafka import TopicPartition
 from consumers.health import HealthServer, Heartbeat
 from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings
+from consumers.worker.lag import LagMonitor
 from consumers.worker.loop import SynthesisWorker
 from pipeline.synthesis import RequestProcessor
+from tests.unit.consumers.worker.fakes import FakeConsumer, FakeProducer, make_checkpoint
 
 
 @dataclass
@@ -281,7 +283,8 @@ async def test_worker_readyz_reports_the_engine_state_not_a_constant(
         reply = await get(srv.port, "/readyz")
         assert reply.status == 503
         assert reply.json()["checks"] == {"engine_loaded": False, "broker": True,
-                                          "store": True, "assignment": True, "draining": False}
+                                          "store": True, "assignment": True, "draining": False,
+                                          "stuck_partitions": [], "producer_fatal": False}
         loaded = True
         reply = await get(srv.port, "/readyz")
         assert reply.status == 200
@@ -297,3 +300,41 @@ async def test_worker_engine_is_loaded_by_default() -> None:
     ready, checks = await worker.readiness()
     assert checks["engine_loaded"] is True
     assert ready is False  # no broker contact nor assignment yet
+
+
+async def test_worker_readyz_lists_stuck_partitions_and_stays_ready(
+        metrics: WorkerMetrics) -> None:
+    """A stuck partition is in /readyz's body; it does not make the worker unready (a 503
+    would hold the PodDisruptionBudget and stall a rollout without moving the record)."""
+    now = [1000.0]
+    stuck_tp, moving_tp = TopicPartition("tts.requests", 3), TopicPartition("tts.requests", 4)
+    consumer = FakeConsumer(assigned={stuck_tp, moving_tp}, high={stuck_tp: 9, moving_tp: 9},
+                            group={stuck_tp: 4, moving_tp: 4})
+    lag = LagMonitor(consumer=consumer, metrics=metrics, stuck_after_s=5.0,
+                     clock=lambda: now[0])
+    worker = SynthesisWorker(settings=Settings(), processor=cast(RequestProcessor, _Processor()),
+                             metrics=metrics)
+    worker.checkpoint = make_checkpoint(consumer, FakeProducer(), metrics, lag=lag)
+    worker._consumer = consumer
+    worker._last_fetch_ok = time.monotonic()
+    await worker.checkpoint.update_lag()
+    now[0] += 6.0
+    lag.committed({moving_tp: 6})
+    await worker.checkpoint.update_lag()
+    srv = HealthServer(host="127.0.0.1", port=0, metrics=metrics, liveness=worker.liveness,
+                       readiness=worker.readiness)
+    await srv.start()
+    try:
+        reply = await get(srv.port, "/readyz")
+        scraped = (await get(srv.port, "/metrics")).body.decode()
+    finally:
+        await srv.stop()
+    assert reply.status == 200
+    checks = reply.json()["checks"]
+    assert isinstance(checks, dict)
+    assert checks["stuck_partitions"] == [{"topic": "tts.requests", "partition": 3,
+                                           "committed": 4, "lag": 5, "stalled_s": 6.0}]
+    assert "vf_partitions_stuck 1.0" in scraped
+    assert ('vf_partition_commit_stalled_seconds{partition="3",topic="tts.requests"} 6.0'
+            in scraped)
+    assert 'vf_consumer_lag{partition="4",topic="tts.requests"} 3.0' in scraped

@@ -28,6 +28,18 @@ def test_environment_overrides_and_types() -> None:
     assert s.store.secret_key.reveal() == "hunter2"
 
 
+def test_the_topic_prefix_also_prefixes_consumer_groups_that_are_not_set() -> None:
+    s = Settings.from_env({"VF_TOPIC_PREFIX": "staging."})
+    assert (s.worker.group_id, s.gateway.group_id) == ("staging.vf-synth", "staging.vf-gateway")
+    # A group that is set is used as given, even when it equals the default.
+    s = Settings.from_env({"VF_TOPIC_PREFIX": "staging.", "VF_GROUP_ID": "vf-synth",
+                           "VF_GATEWAY_GROUP_ID": "gw"})
+    assert (s.worker.group_id, s.gateway.group_id) == ("vf-synth", "gw")
+    # A child process started with to_env() reads back the same groups, not a double prefix.
+    s = Settings.from_env({"VF_TOPIC_PREFIX": "staging."})
+    assert Settings.from_env(s.to_env()) == s
+
+
 def test_secrets_never_print() -> None:
     s = Settings.from_env({"VF_S3_SECRET_KEY": "hunter2", "VF_KAFKA_SASL_PASSWORD": "pw"})
     assert "hunter2" not in repr(s) and "pw'" not in repr(s)
@@ -66,7 +78,8 @@ def test_every_variable_name_is_declared_once_and_kept() -> None:
             "VF_MAX_INFLIGHT", "VF_MAX_BATCH",
             "VF_BATCH_WAIT_MS", "VF_QUEUE_CAPACITY", "VF_MAX_ATTEMPTS",
             "VF_STORAGE_RETRY_SECONDS", "VF_RETRY_MAX_DELAY_S", "VF_DRAIN_SECONDS",
-            "VF_REVOKE_GRACE_SECONDS", "VF_SESSION_TIMEOUT_MS", "VF_ASSIGNOR", "VF_GROUP_ID",
+            "VF_REVOKE_GRACE_SECONDS", "VF_STUCK_PARTITION_SECONDS", "VF_SESSION_TIMEOUT_MS",
+            "VF_ASSIGNOR", "VF_GROUP_ID",
             "VF_INSTANCE_ID", "VF_METRICS_HOST", "VF_METRICS_PORT", "VF_PROFILE_CACHE_ENTRIES",
             "VF_PROFILE_CACHE_MB", "VF_VOICE_TTL_SECONDS", "VF_LOUDNESS_LUFS",
             "VF_QUALITY_CHECKS", "VF_BATCH_MIN_SHARE", "VF_INTERACTIVE_SLOTS",
@@ -166,6 +179,7 @@ def test_this_checkout_is_found_from_inside_it() -> None:
     ({"VF_INTERACTIVE_SLOTS": "-1"}, "VF_INTERACTIVE_SLOTS must be >= 0 (got -1)"),
     ({"VF_QUEUE_CAPACITY": "0"}, "VF_QUEUE_CAPACITY must be >= 1 (got 0)"),
     ({"VF_DRAIN_SECONDS": "0"}, "VF_DRAIN_SECONDS must be >= 1 (got 0)"),
+    ({"VF_STUCK_PARTITION_SECONDS": "0"}, "VF_STUCK_PARTITION_SECONDS must be >= 1 (got 0)"),
     ({"VF_BATCH_MIN_SHARE": "1.5"}, "VF_BATCH_MIN_SHARE must be between 0 and 1 (got 1.5)"),
     ({"VF_METRICS_PORT": "70000"},
      "VF_METRICS_PORT must be between -1 and 65535 (got 70000; -1 disables, 0 takes a free "
@@ -193,8 +207,10 @@ def test_the_edges_of_each_range_are_accepted() -> None:
                            "VF_METRICS_PORT": "-1", "VF_GATEWAY_PORT": "0",
                            "VF_BATCH_MIN_SHARE": "0", "VF_BATCH_WAIT_MS": "0",
                            "VF_REVOKE_GRACE_SECONDS": "0", "VF_ROUTE_FAILOVER_MS": "0",
-                           "VF_AGGREGATOR_PORT": "-1", "VF_PRESIGN_SECONDS": "604800"})
+                           "VF_AGGREGATOR_PORT": "-1", "VF_PRESIGN_SECONDS": "604800",
+                           "VF_STUCK_PARTITION_SECONDS": "1"})
     assert (s.worker.max_inflight, s.worker.interactive_slots, s.gateway.port) == (1, 0, 0)
+    assert s.worker.stuck_partition_seconds == 1
 
 
 def test_flags_and_code_are_checked_as_the_environment_is() -> None:

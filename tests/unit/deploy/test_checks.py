@@ -67,8 +67,9 @@ def test_prometheus_rule_must_be_regenerated_after_an_edit(
 def test_prometheus_rule_carries_every_alert(tools: None) -> None:
     manifest = rules.prometheus_rule(ROOT / "deploy" / "prometheus" / "alerts.yml")
     alerts = {r["alert"] for g in manifest["spec"]["groups"] for r in g["rules"]}
-    assert alerts == {"VoiceFactoryLagGrowing", "VoiceFactoryNoReadyWorkers",
-                      "VoiceFactoryErrorRate", "VoiceFactoryDLQRate", "VoiceFactoryRepeatedOOM",
+    assert alerts == {"VoiceFactoryLagGrowing", "VoiceFactoryPartitionStuck",
+                      "VoiceFactoryNoReadyWorkers", "VoiceFactoryErrorRate",
+                      "VoiceFactoryDLQRate", "VoiceFactoryRepeatedOOM",
                       "VoiceFactoryJobEmitErrors"}
 
 
@@ -84,7 +85,8 @@ def test_dashboard_covers_the_issue_s_panels() -> None:
     titles = {p.get("title") for p in dashboard.panels(dashboard.load(
         ROOT / "deploy" / "grafana" / "voicefactory.json"))}
     for wanted in ("Throughput", "Latency by stage (p95)", "Real-time factor",
-                   "In flight and queue", "Lag per partition", "Profile cache hit ratio",
+                   "In flight and queue", "Lag per partition", "Commit stalled per partition",
+                   "Partitions with stuck commits", "Profile cache hit ratio",
                    "Errors by code", "DLQ rate by reason"):
         assert wanted in titles
 

@@ -177,6 +177,10 @@ def test_kubeconform_fails_on_a_kind_without_schema(
      "maxReplicaCount 16 exceeds the 12 partitions"),
     ("base/worker-scaledobject.yaml", "consumerGroup: vf-synth", "consumerGroup: vf-other",
      "consumerGroup is 'vf-other', the worker uses 'vf-synth'"),
+    # Without VF_GROUP_ID the worker's group carries the topic prefix; KEDA must watch it.
+    ("base/kustomization.yaml", "      - VF_TOPIC_PREFIX=\n      - VF_GROUP_ID=vf-synth\n",
+     "      - VF_TOPIC_PREFIX=acme.\n",
+     "consumerGroup is 'vf-synth', the worker uses 'acme.vf-synth'"),
     ("base/worker-scaledobject.yaml", "topic: tts.requests", "topic: tts.results",
      "topic is 'tts.results', the worker uses 'tts.requests'"),
     ("base/worker-statefulset.yaml", "terminationGracePeriodSeconds: 60",

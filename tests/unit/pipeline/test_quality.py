@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pipeline.audio import Audio
 from pipeline.quality import warnings_for
@@ -36,3 +37,20 @@ def test_silence_and_quiet_output_are_named() -> None:
 def test_an_empty_clip_warns_without_failing() -> None:
     assert _warnings(np.zeros(0), before=float("-inf")) == [
         "silent: the engine returned no signal"]
+
+
+def test_the_result_reports_the_delivered_loudness_and_the_engines_under_its_own_name() -> None:
+    from pipeline.loudness import loudness_lufs, normalize_loudness
+    from pipeline.quality import assess
+
+    raw = Audio((0.02 * np.sin(np.arange(48000) / 7)).astype(np.float32), 24000)
+    final, before, after = normalize_loudness(raw, -16.0)
+    quality = assess(raw, final, text="hello there friend", reference_embedding=None,
+                     encoder=None, loudness_before=before, loudness_after=after,
+                     target_lufs=-16.0, speaking_rate=None, speed=1.0)
+    assert quality.loudness_input_lufs is not None and quality.loudness_lufs is not None
+    # What a meter reads on each: the delivered file sits at the target, the engine's below.
+    assert quality.loudness_lufs == pytest.approx(loudness_lufs(final), abs=0.5)
+    assert quality.loudness_lufs == pytest.approx(-16.0, abs=0.5)
+    assert quality.loudness_input_lufs == pytest.approx(loudness_lufs(raw), abs=0.5)
+    assert quality.loudness_input_lufs < -25.0

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipeline.subtitles import Cue, cues, lay_out, parse_srt, render_srt, timestamp
+from pipeline.subtitles import Cue, cues, lay_out, parse_srt, render_srt, render_vtt, timestamp
 from topics.events import ClipSpan
 
 
@@ -75,3 +75,14 @@ def test_parse_tolerates_a_bom_crlf_and_multi_line_cues() -> None:
     text = "\ufeff1\r\n00:00:01,000 --> 00:00:02,500\r\nfirst\r\nsecond\r\n\r\n" \
            "2\r\n00:00:03.000 --> 00:00:04,000 X1:0\r\nthird\r\n"
     assert parse_srt(text) == [Cue(1, 1.0, 2.5, "first\nsecond"), Cue(2, 3.0, 4.0, "third")]
+
+
+def test_webvtt_has_the_srt_cues_with_a_header_a_dot_and_markup_escaped() -> None:
+    spans = lay_out([(0, 1.5), (1, 2.25)], gap_s=0.25)
+    made = cues(spans, {0: "欢迎回来。", 1: "a <b> & c --> d"})
+    vtt = render_vtt(made)
+    assert vtt.startswith("WEBVTT\n\n1\n00:00:00.000 --> 00:00:01.500\n欢迎回来。\n\n2\n")
+    assert "a &lt;b&gt; &amp; c --&gt; d" in vtt
+    back = parse_srt(vtt)  # the same cue times as the .srt's
+    assert [(c.start_s, c.end_s) for c in back] == \
+        [(c.start_s, c.end_s) for c in parse_srt(render_srt(made))]

@@ -266,6 +266,13 @@ def test_bad_job_index_or_total(index: int, total: int, message: str) -> None:
     assert (error.request_id, error.voice_id) == ("req-1", "narrator-01")
 
 
+def test_a_job_version_is_optional_and_at_least_1() -> None:
+    job = decode_request(raw(body(job={"id": "ep-12", "index": 0, "total": 2, "version": 3}))).job
+    assert job == JobRef(id="ep-12", index=0, total=2, version=3)
+    error = rejected(body(job={"id": "ep-12", "index": 0, "total": 2, "version": 0}))
+    assert error.message == "job.version must be >= 1, got 0"
+
+
 @pytest.mark.parametrize("job_id", ["../ep", "ep/12", "", "x" * 129])
 def test_bad_job_id(job_id: str) -> None:
     error = rejected(body(job={"id": job_id, "index": 0, "total": 1}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import msgspec
 import pytest
 
 from consumers.aggregator.state import (
@@ -20,6 +21,8 @@ from consumers.aggregator.state import (
     job_status,
     merge,
     merge_result,
+    needs_opening,
+    open_version,
     ready,
 )
 from topics.events import AudioRef, ErrorInfo, JobRef, Status, SynthesisResult, encode
@@ -52,7 +55,7 @@ def test_any_arrival_order_gives_the_same_clips_in_index_order() -> None:
     for order in itertools.permutations(results):
         state = fold(list(order))
         assert state is not None and state.complete
-        job = build_job(state, manifest=None, gap_s=0.5, completed_at="t")
+        job = build_job(state, manifest=None, gap_ms=500, completed_at="t")
         assert [c.index for c in job.clips] == [0, 1, 2, 3]
         assert job.timeline[-1].end_s == pytest.approx(1.0 + 1.1 + 1.2 + 1.3 + 3 * 0.5)
         jobs.add(encode(job))
@@ -66,7 +69,7 @@ def test_duplicates_never_double_a_clip() -> None:
     state = fold(stream)
     assert state is not None
     assert sorted(state.clips) == [0, 1, 2, 3, 4]
-    assert len(build_job(state, manifest=None, gap_s=0, completed_at="t").clips) == 5
+    assert len(build_job(state, manifest=None, gap_ms=0, completed_at="t").clips) == 5
 
 
 def test_a_success_is_never_replaced_and_a_failure_is() -> None:
@@ -148,7 +151,7 @@ def test_the_job_event_lays_out_only_clips_with_audio_and_lists_missing_lines() 
     state = fold([result(0, total=4, duration=2.0), result(1, total=4, status="failed"),
                   result(3, total=4, duration=1.0)])
     assert state is not None
-    job = build_job(state, manifest=None, gap_s=0.25, completed_at="t",
+    job = build_job(state, manifest=None, gap_ms=250, completed_at="t",
                     subtitles="s3://b/jobs/ep1/subtitles.srt")
     assert job.status == "partial" and job.missing == [2]
     assert [c.index for c in job.clips] == [0, 1, 3]
@@ -156,16 +159,17 @@ def test_the_job_event_lays_out_only_clips_with_audio_and_lists_missing_lines() 
                                                                       (3, 2.25, 3.25)]
     assert job.clips[1].error is not None and job.clips[1].duration_s == 0.0
     assert job.duration_s == 3.25
+    assert job.gap_ms == 250  # the gap between spans 0 and 3, said rather than derived
 
 
 def test_texts_come_from_the_script_else_from_result_metadata() -> None:
     state = fold([result(0, total=2, text="from metadata"), result(1, total=2, text="meta 1")])
     assert state is not None
-    no_script = build_job(state, manifest=None, gap_s=0, completed_at="t")
+    no_script = build_job(state, manifest=None, gap_ms=0, completed_at="t")
     assert [c.text for c in no_script.clips] == ["from metadata", "meta 1"]
     manifest = JobManifest(job_id="ep1", total=2, created_at="t", lines=[
         ManifestLine(index=0, request_id="ep1-0000", voice_id="v0", text="from the script")])
-    mixed = build_job(state, manifest=manifest, gap_s=0, completed_at="t")
+    mixed = build_job(state, manifest=manifest, gap_ms=0, completed_at="t")
     assert [c.text for c in mixed.clips] == ["from the script", "meta 1"]
 
 
@@ -184,7 +188,7 @@ def test_a_job_cancelled_wholesale_is_complete_at_once_and_failed_with_its_lines
     state = fold([result(i, total=3, status="cancelled") for i in range(3)])
     assert state is not None and state.complete
     assert ready(state, now=100.0, timeout_s=600.0)  # no waiting for the timeout
-    job = build_job(state, manifest=None, gap_s=0.3, completed_at="t")
+    job = build_job(state, manifest=None, gap_ms=300, completed_at="t")
     assert job.status == "failed" and job.missing == [] and job.timeline == []
     assert [c.status for c in job.clips] == ["cancelled"] * 3
     assert all(c.audio is None and c.error is not None for c in job.clips)
@@ -194,7 +198,7 @@ def test_lines_finished_before_the_cancel_keep_their_audio_and_the_job_is_partia
     state = fold([result(0, duration=2.0), result(1, status="cancelled"),
                   result(2, status="cancelled")])
     assert state is not None and state.complete
-    job = build_job(state, manifest=None, gap_s=0.3, completed_at="t")
+    job = build_job(state, manifest=None, gap_ms=300, completed_at="t")
     assert job.status == "partial"
     assert [(c.index, c.status) for c in job.clips] == [(0, "succeeded"), (1, "cancelled"),
                                                         (2, "cancelled")]
@@ -223,3 +227,37 @@ def test_a_result_claiming_an_absurd_total_is_invalid(total: int) -> None:
 def test_a_clip_of_impossible_duration_is_invalid(duration: float) -> None:
     # Laid out in the timeline and the subtitles, it made every close of the job fail.
     assert merge_result(None, result(0, total=1, duration=duration), 100.0).outcome == "invalid"
+
+
+def _v(index: int, version: int, total: int = 3,
+       status: Status = "succeeded") -> SynthesisResult:
+    r = result(index, total=total, status=status, request_id=f"ep1-v{version}-{index:04d}")
+    assert r.job is not None
+    return msgspec.structs.replace(r, job=msgspec.structs.replace(r.job, version=version))
+
+
+def test_versions_open_after_the_last_is_emitted_and_older_or_early_answers_are_dropped() -> None:
+    v1 = fold([result(0), result(1), result(2, status="rejected")])
+    assert v1 is not None and v1.complete and v1.version == 1
+    # Version 2 while version 1 is still open: early, dropped (the client never does this).
+    assert merge_result(v1, _v(2, 2), 5.0) == (None, "early")
+    marker = emitted_marker(v1, "partial", 5.0)
+    assert marker.version == 1 and needs_opening(marker, _v(2, 2))
+    assert not needs_opening(marker, result(2)) and not needs_opening(None, result(0))
+    manifest = JobManifest(job_id="ep1", total=3, lines=[], created_at="t", version=2,
+                           base_version=1, carried=build_job(
+                               v1, manifest=None, gap_ms=0, completed_at="t").clips[:2])
+    opened = open_version("ep1", 2, manifest, 6.0)
+    assert opened is not None and sorted(opened.clips) == [0, 1] and not opened.complete
+    assert open_version("ep1", 3, manifest, 6.0) is None  # another version's manifest
+    state, outcome = merge_result(opened, _v(2, 2), 7.0)
+    assert outcome == "merged" and state is not None and state.complete
+    job = build_job(state, manifest=None, gap_ms=0, completed_at="t")
+    assert (job.version, job.status, [c.version for c in job.clips]) == (2, "succeeded",
+                                                                          [1, 1, 2])
+    # A redelivered version-1 answer after version 2 opened is late, not a replacement.
+    assert merge_result(state, result(2), 8.0) == (None, "late")
+    # Without a manifest a newer version opens empty over the marker and waits for all.
+    bare, outcome = merge_result(marker, _v(0, 2), 9.0)
+    assert outcome == "merged" and bare is not None and bare.version == 2 and \
+        not bare.complete

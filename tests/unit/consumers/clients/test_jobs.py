@@ -97,32 +97,14 @@ def test_job_and_result_one_liners() -> None:
         "voice_not_found: no voice 'kid'")
 
 
-def test_script_errors_and_finished_jobs_are_voicefactory_errors_with_their_messages(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """Under the root error, they still read as their message alone; the CLI keeps its
-    exit codes: 2 for a script that cannot become a job, 1 for a job ID already used."""
-    from types import SimpleNamespace
-
-    from consumers.clients import jobs
-    from consumers.clients.jobs import JobAlreadyFinished
+def test_script_errors_are_voicefactory_errors_with_their_messages() -> None:
+    """Under the root error, they still read as their message alone."""
+    from consumers.clients.revisions import RevisionError
     from topics.errors import VoiceFactoryError
 
     assert issubclass(ScriptError, VoiceFactoryError)
-    assert issubclass(JobAlreadyFinished, VoiceFactoryError)
+    assert issubclass(RevisionError, VoiceFactoryError)
     assert str(ScriptError("s.yaml: line 1: nope")) == "s.yaml: line 1: nope"
-
-    class _Done:  # a store in which the job's job.json already exists
-        bucket = "vf"
-
-        def stat(self, key: str) -> object:
-            return SimpleNamespace(key=key)
-
-    monkeypatch.setattr(jobs, "make_store", lambda _store: _Done())
-    path = _write(tmp_path, SCRIPT)
-    assert voicefactory.main(["job", "run", str(path)]) == 1
-    assert "error: job ep12 already finished (s3://vf/jobs/ep12/job.json); a job ID is used " \
-           "once" in capsys.readouterr().err
 
 
 def test_unregistered_voices_exit_2_naming_each_with_its_lines_before_anything_is_stored(

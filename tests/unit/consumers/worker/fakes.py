@@ -1,7 +1,9 @@
 """Stand-ins for the aiokafka consumer and producer calls the Checkpoint makes.
 
-They model only what pure sequencing needs: commit(offsets) that records or raises,
-assignment() and highwater(tp), and producer.send() whose delivery future the test
+They model only what pure sequencing needs: commit(offsets) that records or raises (and
+moves the group's committed offsets, as the broker does), assignment() and highwater(tp),
+the group's committed(tp) and the log's beginning_offsets/end_offsets (counted, so a test
+sees how often the broker is asked), and producer.send() whose delivery future the test
 acknowledges, fails or holds. The real broker is exercised by tests/integration.
 """
 
@@ -16,6 +18,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from consumers.metrics import WorkerMetrics
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.inflight import InFlightRequest
+from consumers.worker.lag import LagMonitor
 from consumers.worker.publisher import Publisher
 from topics.events import SynthesisRequest, SynthesisResult
 from topics.specs import topic_names
@@ -30,18 +33,44 @@ class FakeConsumer:
     commits: list[dict[TopicPartition, int]] = field(default_factory=list)
     fail_with: list[Exception] = field(default_factory=list)  # raised by the next commits
     assigned: set[TopicPartition] = field(default_factory=set)
-    high: dict[TopicPartition, int] = field(default_factory=dict)
+    high: dict[TopicPartition, int] = field(default_factory=dict)  # from the last fetch
+    group: dict[TopicPartition, int] = field(default_factory=dict)  # committed, by anyone
+    start: dict[TopicPartition, int] = field(default_factory=dict)  # log start offsets
+    end: dict[TopicPartition, int] = field(default_factory=dict)  # log end offsets
+    reads: int = 0  # committed / beginning_offsets / end_offsets calls
+    hang: bool = False  # those calls never answer (a broker that does not respond)
+    read_error: Exception | None = None  # those calls raise this
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         if self.fail_with:
             raise self.fail_with.pop(0)
         self.commits.append(dict(offsets))
+        self.group.update(offsets)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.assigned)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return self.high.get(tp)
+
+    async def _read(self) -> None:
+        self.reads += 1
+        if self.read_error is not None:
+            raise self.read_error
+        if self.hang:
+            await asyncio.Event().wait()
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        await self._read()
+        return self.group.get(tp)
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        await self._read()
+        return {tp: self.start.get(tp, 0) for tp in tps}
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        await self._read()
+        return {tp: self.end.get(tp, 0) for tp in tps}
 
 
 @dataclass
@@ -94,10 +123,11 @@ class FakeProducer:
 
 
 def make_checkpoint(consumer: FakeConsumer, producer: FakeProducer,
-                    metrics: WorkerMetrics | None = None) -> Checkpoint:
+                    metrics: WorkerMetrics | None = None,
+                    lag: LagMonitor | None = None) -> Checkpoint:
     publisher = Publisher(producer=producer, names=NAMES, max_backoff_s=0.01)
     return Checkpoint(consumer=consumer, publisher=publisher,
-                      metrics=metrics or WorkerMetrics(), poll_s=0.005)
+                      metrics=metrics or WorkerMetrics(), poll_s=0.005, lag=lag)
 
 
 def record(offset: int, tp: TopicPartition = P0) -> ConsumerRecord[bytes, bytes]:

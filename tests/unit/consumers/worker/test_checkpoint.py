@@ -213,18 +213,21 @@ async def test_wait_idle_returns_once_in_flight_work_is_answered() -> None:
     await task
 
 
-async def test_lag_is_the_high_watermark_minus_the_committed_offset() -> None:
+async def test_lag_is_the_high_watermark_minus_the_group_s_committed_offset() -> None:
     metrics = WorkerMetrics()
-    consumer = FakeConsumer(assigned={P0, P1}, high={P0: 10})
+    # P0 was committed up to 2 by its previous owner; P1 has no high watermark yet.
+    consumer = FakeConsumer(assigned={P0, P1}, high={P0: 10}, group={P0: 2})
     cp = make_checkpoint(consumer, FakeProducer(), metrics)
-    for offset in range(4):
+    lag = {"topic": P0.topic, "partition": "0"}
+    await cp.update_lag()  # nothing committed by this process yet: the group's offset counts
+    assert metrics.registry.get_sample_value("vf_consumer_lag", lag) == 8
+    for offset in range(2, 6):
         cp.begin(P0, offset)
         await cp.answer(P0, record(offset), result=result(offset))
-    cp.update_lag()  # nothing committed yet: no lag reported
-    lag = {"topic": P0.topic, "partition": "0"}
-    assert metrics.registry.get_sample_value("vf_consumer_lag", lag) is None
     await cp.commit()
-    cp.update_lag()  # P1 has no high watermark yet: skipped
-    assert metrics.registry.get_sample_value("vf_consumer_lag", lag) == 6
+    await cp.update_lag()  # this process's commit moves it at once, without asking the broker
+    assert metrics.registry.get_sample_value("vf_consumer_lag", lag) == 4
     cp.forget([P0])
     assert metrics.registry.get_sample_value("vf_consumer_lag", lag) is None
+    assert metrics.registry.get_sample_value("vf_partition_commit_stalled_seconds",
+                                             lag) is None

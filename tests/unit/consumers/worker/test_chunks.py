@@ -7,10 +7,16 @@ import asyncio
 import re
 
 import pytest
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    ProducerFenced,
+)
 
 from consumers.metrics import WorkerMetrics
-from consumers.worker.chunks import MAX_RECORD_BYTES, ChunkPublisher
+from consumers.worker.chunks import CHUNKS_LOST, MAX_RECORD_BYTES, ChunkPublisher
+from consumers.worker.errors import FatalPublishError
 from consumers.worker.gate import BatchThreads
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from tests.unit.consumers.worker.fakes import (
@@ -101,6 +107,35 @@ async def test_the_final_record_waits_for_the_chunks_and_retries_the_broker() ->
     await asyncio.wait_for(closing, 5)
     assert stream.closed and read_chunk(producer.sent[-1].key, producer.sent[-1].value,
                                         producer.sent[-1].headers).final
+
+
+async def test_a_lost_chunk_ends_the_stream_failed() -> None:
+    producer = FakeProducer(hold=True)
+    stream = publisher(producer).open(request_id="r1", attempt=1, reply_partition=None)
+    await stream.send(b"\x00\x00", 16000)
+    producer.sent[0].delivery.set_exception(MessageSizeTooLargeError("refused"))
+    producer.hold = False
+    await asyncio.wait_for(stream.close("succeeded"), 5)
+    final = read_chunk(producer.sent[-1].key, producer.sent[-1].value, producer.sent[-1].headers)
+    assert final.final and final.status == "failed" and final.error == CHUNKS_LOST
+
+
+async def test_a_final_record_refused_for_good_is_not_retried() -> None:
+    producer = FakeProducer(fail=MessageSizeTooLargeError("refused"))
+    stream = publisher(producer).open(request_id="r1", attempt=1, reply_partition=None)
+    await asyncio.wait_for(stream.close("succeeded"), 5)  # no loop
+    assert stream.closed and producer.fail is not None and producer.sent == []
+
+
+async def test_a_fatal_producer_error_on_the_final_record_is_reported() -> None:
+    seen: list[KafkaError] = []
+    producer = FakeProducer(fail=ProducerFenced())
+    pub = ChunkPublisher(producer=producer, topic=NAMES.audio, max_backoff_s=0.01,
+                         on_fatal=seen.append)
+    stream = pub.open(request_id="r1", attempt=1, reply_partition=None)
+    with pytest.raises(FatalPublishError):
+        await asyncio.wait_for(stream.close("succeeded"), 5)
+    assert [type(e) for e in seen] == [ProducerFenced] and not stream.closed
 
 
 async def test_a_thread_sink_sends_in_order_and_reports_first_chunk_latency() -> None:

@@ -176,3 +176,16 @@ def test_committed_reads_back_the_last_mark_and_forgets_with_the_partition() -> 
     assert tracker.committed(P0) == 1
     tracker.forget([P0])
     assert tracker.committed(P0) is None
+
+
+def test_next_fetch_is_one_past_the_highest_offset_added_until_forgotten() -> None:
+    tracker = OffsetTracker()
+    assert tracker.next_fetch(P0) is None
+    for offset in (4, 2, 3):
+        tracker.add(P0, offset)
+    assert tracker.next_fetch(P0) == 5
+    tracker.done(P0, 4)
+    tracker.add(P0, 3)  # a refetch changes nothing
+    assert tracker.next_fetch(P0) == 5
+    tracker.forget([P0])
+    assert tracker.next_fetch(P0) is None

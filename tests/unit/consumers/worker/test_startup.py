@@ -9,10 +9,11 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, ProducerFenced
 
 from consumers.settings import RoutingSettings, Settings, WorkerSettings
 from consumers.worker import lanes, loop
+from consumers.worker.errors import FatalPublishError
 from consumers.worker.lanes import MissingTopics
 from consumers.worker.loop import SynthesisWorker
 from pipeline.synthesis import RequestProcessor
@@ -138,6 +139,33 @@ async def test_a_normal_shutdown_drains_then_stops_in_the_order_it_always_had(
         f"send {NAMES.fleet}",  # the draining status, before the drain
         f"tombstone {NAMES.fleet}",  # after it
         "stop group", "stop control", "stop producer", "stop threads", "stop health"]
+
+
+async def test_a_fatal_producer_error_drops_readiness_then_stops_the_worker_with_an_error(
+        clients: Clients, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    worker = clients.worker(monkeypatch)
+    worker._processor = cast(RequestProcessor, SimpleNamespace(
+        answers=None, store_reachable=lambda: True))
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(clients.producer.sent.wait(), 10)
+
+    async def answer_cut_short() -> None:  # an answer whose publish met the fatal error
+        raise FatalPublishError(ProducerFenced())
+
+    worker._on_fatal(ProducerFenced())
+    worker._on_fatal(ProducerFenced())  # every other answer in flight reports it too
+    worker._spawn(answer_cut_short())
+    ready, checks = await worker.readiness()
+    assert not ready and checks["producer_fatal"] is True
+    # `voicefactory worker` maps a RuntimeError out of run() to exit code 1 (main()).
+    with pytest.raises(FatalPublishError, match="ProducerFenced") as raised:
+        await asyncio.wait_for(running, 10)
+    assert isinstance(raised.value, RuntimeError)
+    assert clients.events[-3:] == ["stop producer", "stop threads", "stop health"]
+    fatal = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.levelno for r in fatal] == [logging.CRITICAL]  # one clear line
+    assert "the producer can publish nothing more (ProducerFenced" in fatal[0].getMessage()
 
 
 async def test_a_spawned_task_that_dies_is_logged_with_its_context(
