@@ -61,7 +61,7 @@ from topics.specs import REQUESTS, topic_names
 
 SENTINEL_EVERY = 8
 LOOPS = ("fetch", "commit", "control", "fleet")  # SynthesisWorker's task names (dispatch-N too)
-RETRIES = ("publishing the answer failed",)  # publisher.py: a retry that may never end
+RETRIES = ("publishing the ",)  # consumers/worker/errors.py deliver(): a retry that may never end
 
 
 def fuzz_settings(settings: Settings) -> Settings:

@@ -8,22 +8,16 @@ longer run (docs/benchmarks.md, "Fuzz suite").
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from bench.fuzzagg import fuzz_aggregator
-from bench.fuzzcheck import fuzz_settings, fuzz_worker, wait_ready
-from bench.fuzzrun import AnswerLog, FuzzPlan, until, wait_committed
-from bench.processes import InProcessWorker
+from bench.fuzzcheck import fuzz_settings, fuzz_worker
+from bench.fuzzrun import FuzzPlan
 from consumers.settings import Settings
 from consumers.wiring import make_store
-from topics.events import SynthesisRequest, encode
-from topics.partitioning import partition_for
-from topics.specs import REQUESTS, topic_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuzz, pytest.mark.timeout(420)]
 
@@ -44,42 +38,3 @@ async def test_the_aggregator_survives_generated_results_and_still_closes_a_job(
                                    work_dir=tmp_path)
     print(report.describe(), file=sys.stderr)
     assert not report.failures, report.describe()
-
-
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
-async def test_a_header_name_that_is_not_utf8_does_not_stop_its_partition(
-        settings: Settings, voice: str) -> None:
-    """Kafka header names are strings, but a librdkafka producer writes any bytes (here kcat,
-    from argv): aiokafka then raises UnicodeDecodeError on every fetch of that partition.
-    The record must be answered (DLQ) and the request after it served."""
-    s = fuzz_settings(settings)
-    names = topic_names(s.kafka.topic_prefix)
-    partition = partition_for(voice, REQUESTS.partitions)
-    worker = InProcessWorker(s)
-    worker.start()
-    try:
-        await wait_ready(worker)
-        kcat = subprocess.run(
-            ["kcat", "-P", "-b", s.kafka.bootstrap, "-t", names.requests, "-p", str(partition),
-             "-k", voice, "-H", b"\xff\xfe-name=v".decode("latin-1").encode("latin-1")],
-            input=b"\xff not json\n", capture_output=True, timeout=30, check=False)
-        assert kcat.returncode == 0, kcat.stderr
-        after = SynthesisRequest(request_id="after-bad-header", voice_id=voice,
-                                 text="Served after a bad header.", language="en")
-        async with AnswerLog(s, results=names.results, dlq=names.dlq) as answers:
-            from aiokafka import AIOKafkaProducer
-
-            producer = AIOKafkaProducer(bootstrap_servers=s.kafka.bootstrap, acks="all")
-            await producer.start()
-            try:
-                await producer.send_and_wait(names.requests, encode(after),
-                                             key=voice.encode(), partition=partition)
-            finally:
-                await producer.stop()
-            assert await until(lambda: bool(answers.results.get("after-bad-header")), 60), \
-                "the partition stopped"
-            assert (names.requests, partition, 0) in answers.dlq
-        behind = await wait_committed(s.kafka, s.worker.group_id, [names.requests], 30)
-        assert not behind, behind
-    finally:
-        await worker.stop(timeout_s=30)
