@@ -99,7 +99,7 @@ def test_results_merged_into_a_job_always_close(found: list[Draft]) -> None:
         if merged.state is not None:
             states[result.job.id] = merged.state
     for state in states.values():
-        event = build_job(state, manifest=None, gap_s=0.3, completed_at="x")
+        event = build_job(state, manifest=None, gap_ms=300, completed_at="x")
         render_srt(cues(event.timeline, clip_texts(state, None)))
         assert all(math.isfinite(span.end_s) for span in event.timeline)
         assert len(event.missing) <= 10_000
