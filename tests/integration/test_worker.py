@@ -18,7 +18,7 @@ from pipeline.audio import decode, speech_seconds
 from pipeline.engines.base import Profile, SynthesisItem, Synthesized
 from pipeline.fingerprint import Fingerprint
 from tests.integration.conftest import RunningWorker
-from topics.events import SynthesisRequest, SynthesisResult, decode_result
+from topics.events import SynthesisRequest, SynthesisResult, decode_result, encode
 from topics.partitioning import partition_for
 from topics.specs import topic_names
 
@@ -232,3 +232,52 @@ async def test_one_request_twice_in_a_batch_is_synthesized_and_stored_once(
     assert sorted(puts) == sorted([both[0].audio.key, won.audio.key])  # one upload each
     kept = store.stat(won.audio.key)
     assert kept is not None and kept.metadata["fingerprint"] == Fingerprint.of(clash).value
+
+
+async def test_one_id_two_texts_back_to_back_one_succeeds_one_is_rejected(
+        settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a fuzz run found (both answered `succeeded`, the object overwritten): two texts
+    under one ID produced back to back on a running worker meet in one batch, in two batches
+    at once (the conditional put decides) or one after the other (the stored object does).
+    Whichever: one `succeeded`, whose request the object's fingerprint names, one rejected."""
+    from tests.integration.workers import wait_for_answers
+
+    # 300 ms an engine call: the second record arrives while the first is in the engine, and
+    # a free slot (max_inflight 2) takes it at once, so the two race for the put.
+    monkeypatch.setenv("VF_BENCH_BASE_MS", "300")
+    s = settings.with_overrides(engine={"name": "bench"})
+    tag = uuid.uuid4().hex[:8]
+    pairs = [(SynthesisRequest(request_id=f"pair-{tag}-{i}", voice_id=voice, language="en",
+                               text=f"First text {i}.", metadata={"n": 1}),
+              SynthesisRequest(request_id=f"pair-{tag}-{i}", voice_id=voice, language="en",
+                               text=f"Second text {i}.", metadata={"n": 2}))
+             for i in range(6)]
+    async with RunningWorker(s) as running:
+        store = running.runtime.store
+        warm = SynthesisRequest(request_id=f"warm-{tag}", voice_id=voice, text="Warm up.")
+        await request_and_wait(s, [warm], timeout_s=60)  # the worker has its partitions
+        producer = AIOKafkaProducer(bootstrap_servers=s.kafka.bootstrap, linger_ms=0)
+        await producer.start()
+        try:
+            topic = topic_names(s.kafka.topic_prefix).requests
+            for i, pair in enumerate(pairs):
+                for request in pair:
+                    await producer.send_and_wait(topic, encode(request), key=voice.encode())
+                await asyncio.sleep(0.05 * (i % 3))  # vary the timing
+        finally:
+            await producer.stop()
+        results = await wait_for_answers(s, {a.request_id for a, _ in pairs}, 60)
+    for first, second in pairs:
+        mine = [r for r in results if r.request_id == first.request_id]
+        assert sorted(r.status for r in mine) == ["rejected", "succeeded"], mine  # one each
+        got = {r.metadata["n"]: r for r in mine if r.metadata is not None}
+        winner = next(n for n, r in got.items() if r.status == "succeeded")
+        loser = got[3 - winner]
+        assert loser.error is not None and loser.error.code == "request_id_reused"
+        audio = got[winner].audio
+        assert audio is not None
+        info = store.stat(audio.key)
+        assert info is not None
+        made_by = first if winner == 1 else second
+        assert info.metadata["fingerprint"] == Fingerprint.of(made_by).value
+        assert info.metadata["sha256"] == audio.sha256
