@@ -1,10 +1,12 @@
 """What the batch path (pipeline.synthesis) and the streamed path (pipeline.streaming) share.
 
-A request becomes a `Pending` (its object key, timings, prepared text) -> `early_answer`:
-cancelled meanwhile -> `cancelled`, deadline passed -> `expired`, object already stored ->
-`succeeded` from it, else None ->
-... the path's own synthesis ... -> `store_clip` (encode -> put with metadata -> presign)
--> `answer` builds the `SynthesisResult`. `ProcessorCore` holds the engine, the store, the
+A request becomes a `Pending` (its object key, fingerprint, timings, prepared text) ->
+`early_answer`: cancelled meanwhile -> `cancelled`, deadline passed -> `expired`, object
+already stored -> `answer_from` it: `succeeded` when it was made from this same request
+(pipeline.fingerprint), else `rejected` (`request_id_reused`); else None ->
+... the path's own synthesis ... -> `store_clip` (encode -> put with metadata, only where no
+object is -> presign; an object that another writer stored first meanwhile -> `answer_from`
+it) -> `answer` builds the `SynthesisResult`. `ProcessorCore` holds the engine, the store, the
 profile resolver and the device semaphore both paths run under.
 """
 
@@ -17,15 +19,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 
 from pipeline.answers import Answers, now_iso
 from pipeline.audio import Audio
 from pipeline.encode import CONTENT_TYPES, encode
 from pipeline.engines.base import Profile, Synthesizer
+from pipeline.fingerprint import Fingerprint, reuse_message
 from pipeline.frontend import PreparedText
 from pipeline.quality import assess
 from pipeline.speaker import SpeakerEncoder
-from pipeline.storage import ObjectStore
+from pipeline.storage import ObjectInfo, ObjectStore
 from pipeline.voices import ProfileResolver
 from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import AudioRef, ErrorInfo, Quality, SynthesisRequest, SynthesisResult
@@ -59,6 +63,10 @@ class Pending:
     started: float
     timings: dict[str, float] = field(default_factory=dict)
     prepared: PreparedText | None = None
+
+    @cached_property
+    def fingerprint(self) -> Fingerprint:
+        return Fingerprint.of(self.request)
 
 
 class ProcessorCore:
@@ -103,26 +111,45 @@ class ProcessorCore:
                 message=f"deadline {request.deadline} passed before synthesis started"))
         existing = self._store.stat(p.key)
         if existing is not None and "sha256" in existing.metadata:
-            # Redelivery: the object is written once, the answer is rebuilt from it.
-            audio = self._audio_ref(p.key, existing.metadata, existing.size, request.format)
-            return self._answer(p, "succeeded", audio=audio)
+            return self._answer_from(p, existing)
         return None
 
-    def _store_clip(self, p: Pending, audio: Audio, language: str) -> AudioRef:
-        """Encode -> put (written once, with what a redelivery answers from) -> presign.
-        Adds the encode and upload timings; raises the store's VoiceFactoryError."""
+    def _answer_from(self, p: Pending, existing: ObjectInfo) -> SynthesisResult:
+        """The answer an object already stored under the request's key gives: a redelivery
+        or an identical re-send is answered from it (written once, never synthesized
+        twice); another request under the same request_id is refused, the object kept."""
+        differing = p.fingerprint.differs_from(existing.metadata)
+        if differing is not None:
+            return self._reject(p, ErrorCode.REQUEST_ID_REUSED,
+                                reuse_message(p.request.request_id, differing))
+        audio = self._audio_ref(p.key, existing.metadata, existing.size, p.request.format)
+        return self._answer(p, "succeeded", audio=audio)
+
+    def _store_clip(self, p: Pending, audio: Audio, language: str,
+                    voice_sha256: str) -> AudioRef | SynthesisResult:
+        """Encode -> put where no object is yet (with what a redelivery answers from) ->
+        presign. Adds the encode and upload timings; raises the store's VoiceFactoryError.
+        When another writer stored the key first (a re-send in a concurrent batch or on
+        another worker), this clip is dropped and the answer is that object's."""
         t0 = time.perf_counter()
         fmt = p.request.format
         data = encode(audio, fmt)
         t1 = time.perf_counter()
         meta = {"sha256": hashlib.sha256(data).hexdigest(),
                 "duration_s": f"{audio.duration_s:.3f}", "sample_rate": str(audio.sample_rate),
-                "language": language, "engine": self._engine.name}
-        self._store.put(p.key, data, CONTENT_TYPES[fmt], metadata=meta)
-        ref = self._audio_ref(p.key, meta, len(data), fmt)
+                "language": language, "engine": self._engine.name,
+                "voice-sha256": voice_sha256, **p.fingerprint.metadata()}
+        stored = self._store.put_new(p.key, data, CONTENT_TYPES[fmt], metadata=meta)
         p.timings["encode"] = p.timings.get("encode", 0.0) + ms(t1 - t0)
         p.timings["upload"] = ms(time.perf_counter() - t1)
-        return ref
+        if not stored:
+            existing = self._store.stat(p.key)
+            if existing is None or "sha256" not in existing.metadata:
+                raise VoiceFactoryError(ErrorCode.STORAGE_ERROR,
+                                        f"put {p.key}: refused, yet no finished object there",
+                                        retryable=True)
+            return self._answer_from(p, existing)
+        return self._audio_ref(p.key, meta, len(data), fmt)
 
     def _quality(self, p: Pending, raw: Audio, final: Audio, profile: Profile,
                  before: float, after: float) -> Quality:

@@ -1,6 +1,7 @@
 """Object storage over any S3 server through the `minio` SDK.
 
-put/get/stat/presign are the only operations the pipeline needs; every S3 or connection
+put/put_new/get/stat/presign are the only operations the pipeline needs (put_new writes an
+object only where none is, for audio written once); every S3 or connection
 failure becomes a retryable `storage_error`, and a missing object returns None rather than
 raising, because "not there yet" is an ordinary answer (idempotency checks, voice lookups).
 
@@ -73,6 +74,28 @@ class ObjectStore:
                                     content_type=content_type, metadata=metadata)  # type: ignore[arg-type]
         except (S3Error, urllib3.exceptions.HTTPError, OSError) as exc:
             raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"put {key}: {exc}") from exc
+
+    def put_new(self, key: str, data: bytes, content_type: str,
+                metadata: dict[str, str] | None = None) -> bool:
+        """put, unless an object is already stored under `key`: False then, and it stays.
+
+        One PUT with `If-None-Match: *` (S3 conditional writes; the Versity gateway, MinIO
+        and AWS refuse it with 412 when the key exists), so two writers racing for one key
+        cannot both win. A server that ignores the header overwrites, as put does. The SDK
+        has no public call with that header: its single-PUT step takes raw headers.
+        """
+        headers: dict[str, str | list[str] | tuple[str]] = {
+            "Content-Type": content_type, "If-None-Match": "*"}
+        headers.update({f"X-Amz-Meta-{k}": v for k, v in (metadata or {}).items()})
+        try:
+            self._client._put_object(self.bucket, key, data, headers)
+        except S3Error as exc:
+            if exc.code == "PreconditionFailed":
+                return False
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"put {key}: {exc}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"put {key}: {exc}") from exc
+        return True
 
     def get(self, key: str) -> bytes | None:
         response = self._missing_is_none("get", key, self._client.get_object)

@@ -266,9 +266,11 @@ class StreamStages(ProcessorCore):
         quality = self._quality(p, raw, final, profile, before, after)
         p.timings.update(synthesis=ms(engine_s), encode=ms(time.perf_counter() - t0))
         try:
-            ref = self._store_clip(p, final, p.prepared.language)
+            ref = self._store_clip(p, final, p.prepared.language, profile.sha256)
         except VoiceFactoryError as exc:
             return exc
+        if isinstance(ref, SynthesisResult):  # stored first by another writer
+            return ref
         rtf = round(engine_s / final.duration_s, 4) if final.duration_s else 0.0
         return self._answer(p, "succeeded", audio=ref, rtf=rtf, quality=quality)
 

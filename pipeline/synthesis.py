@@ -1,8 +1,10 @@
 """Requests of one voice, start to finish, without Kafka: the stages a worker runs.
 
 process_batch(items of one voice):
-  per item: cancelled meanwhile? -> `cancelled`; deadline passed? -> `expired`; object
-  already stored? -> answer from it;
+  per item: a request_id already in the batch with another request? -> `rejected`
+  (`request_id_reused`); cancelled meanwhile? -> `cancelled`; deadline passed? ->
+  `expired`; object already stored? -> answer from it (`rejected` if made from another
+  request); the same request already in the batch? -> shares that one's outcome;
   text front-end (normalise, split into sentences, parse the instruction; bad annotations
   -> `rejected`)
   profile once for the voice -> one engine call for every sentence of the rest (out of
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from pipeline import keys
 from pipeline.encode import resample, target_rate
 from pipeline.engines.base import EngineOutOfMemory, Profile, SynthesisItem, Synthesized
+from pipeline.fingerprint import reuse_message
 from pipeline.frontend import prepare
 from pipeline.loudness import normalize_loudness
 from pipeline.processing import Outcome, Pending, Received, ms
@@ -45,14 +50,27 @@ class RequestProcessor(StreamStages):
         return outcome
 
     def process_batch(self, items: list[tuple[SynthesisRequest, Received]]) -> list[Outcome]:
-        """Items must share one voice_id; outcomes come back in the same order."""
+        """Items must share one voice_id; outcomes come back in the same order.
+
+        Records naming one request_id: the first is the request; a later one with another
+        fingerprint is `rejected` (`request_id_reused`), and one with the same is synthesized
+        and stored once with the first and answered with its outcome (with its own job,
+        metadata and attempt: results are deduplicated by request_id downstream).
+        """
         outcomes: list[Outcome | None] = [None] * len(items)
-        todo: list[Pending] = []
+        first_of: dict[str, Pending] = {}  # request_id -> its first record here
+        todo: dict[str, Pending] = {}  # request_id -> the record synthesized for it
+        copies: dict[int, Pending] = {}  # index -> the record whose outcome it shares
         for index, (request, received) in enumerate(items):
             pending = Pending(index, request, received,
-                               keys.audio_key(request.request_id, request.format,
-                                              received.timestamp), time.perf_counter(),
-                               {"queued": round(received.queued_ms, 2)})
+                              keys.audio_key(request.request_id, request.format,
+                                             received.timestamp), time.perf_counter(),
+                              {"queued": round(received.queued_ms, 2)})
+            first = first_of.setdefault(request.request_id, pending)
+            if first.fingerprint != pending.fingerprint:
+                outcomes[index] = self._reject(pending, ErrorCode.REQUEST_ID_REUSED, reuse_message(
+                    request.request_id, pending.fingerprint.changed(first.fingerprint)))
+                continue
             try:
                 early = self._early_answer(pending)
             except VoiceFactoryError as exc:
@@ -61,16 +79,22 @@ class RequestProcessor(StreamStages):
             if early is not None:
                 outcomes[index] = early
                 continue
+            if request.request_id in todo:
+                copies[index] = todo[request.request_id]
+                continue
             try:
                 pending.prepared = prepare(request.text, language=request.language,
                                            instruct=request.instruct)
             except InvalidRequest as exc:
                 outcomes[index] = self._reject(pending, exc.code, exc.message)
                 continue
-            todo.append(pending)
+            todo[request.request_id] = pending
         if todo:
-            for pending, outcome in zip(todo, self._synthesize_all(todo), strict=True):
+            pendings = list(todo.values())
+            for pending, outcome in zip(pendings, self._synthesize_all(pendings), strict=True):
                 outcomes[pending.index] = outcome
+        for index, leader in copies.items():
+            outcomes[index] = _shared(outcomes[leader.index], *items[index])
         assert all(o is not None for o in outcomes)
         return [o for o in outcomes if o is not None]
 
@@ -139,7 +163,18 @@ class RequestProcessor(StreamStages):
         quality = self._quality(p, raw, audio, profile, before, after)
         p.timings.update(synthesis=engine_ms, encode=ms(time.perf_counter() - t0))
         try:
-            ref = self._store_clip(p, audio, pieces[0].language)
+            ref = self._store_clip(p, audio, pieces[0].language, profile.sha256)
         except VoiceFactoryError as exc:
             return exc
+        if isinstance(ref, SynthesisResult):  # stored first by another writer
+            return ref
         return self._answer(p, "succeeded", audio=ref, rtf=rtf, quality=quality)
+
+
+def _shared(outcome: Outcome | None, request: SynthesisRequest, received: Received) -> Outcome:
+    """A copy's answer: its leader's, with what the copy's own record carries."""
+    assert outcome is not None
+    if isinstance(outcome, VoiceFactoryError):
+        return outcome
+    return msgspec.structs.replace(outcome, job=request.job, metadata=request.metadata,
+                                   attempt=received.attempt)

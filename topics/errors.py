@@ -21,6 +21,9 @@ class ErrorCode(StrEnum):
     STORAGE_ERROR = "storage_error"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     CANCELLED = "cancelled"  # a tts.control cancel reached the request before its answer
+    # The request_id already names another request (other text, voice or parameters): the
+    # first one's object and answer stand (pipeline/fingerprint.py).
+    REQUEST_ID_REUSED = "request_id_reused"
 
 
 # Transient by nature: a later attempt may succeed without the producer changing anything.

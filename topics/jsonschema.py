@@ -76,7 +76,9 @@ _DESCRIPTIONS = {
     VOICE_SCHEMA: "A voice registration or update on the compacted tts.voices, keyed by "
                   "voice_id; a tombstone (null value) deletes the voice.",
     RESULT_SCHEMA: "The outcome of one request on tts.results, keyed by job.id, else "
-                   "request_id. Deduplicate by request_id: delivery is at least once.",
+                   "request_id. Deduplicate by request_id: delivery is at least once. A "
+                   "rejected result with error.code request_id_reused answers a record that "
+                   "reused the ID for another request: it never replaces the ID's answer.",
     JOB_SCHEMA: "A finished job on tts.jobs, keyed by job_id: its clips in index order, "
                 "their timeline and subtitles.",
     DLQ_SCHEMA: "A message that could not be parsed or processed, on tts.dlq, keyed by the "
@@ -107,7 +109,11 @@ _ROOT_RULES: dict[str, dict[str, Any]] = {
 _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("SynthesisRequest", "request_id"): {
         "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,
-        "description": f"client idempotency key; {_ID_DESCRIPTION}",
+        "description": "client idempotency key: a record with a request_id already used "
+                       "for another request (other voice_id, reference, text, mode, "
+                       "instruct, language, format, sample_rate or speed) is answered "
+                       "rejected, request_id_reused; an identical one is answered from the "
+                       f"stored audio; {_ID_DESCRIPTION}",
     },
     ("SynthesisRequest", "voice_id"): {
         "minLength": 1, "maxLength": VOICE_ID_MAX, "pattern": ID_PATTERN,

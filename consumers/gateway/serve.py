@@ -39,7 +39,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 # A final record's status -> HTTP status (docs/gateway.md); rejected by error code first.
 FINAL_STATUS = {"rejected": 400, "failed": 502, "expired": 504, "cancelled": 409}
-REJECTED_CODE = {"voice_not_found": 404, "reference_invalid": 422}
+# request_id_reused: an idempotency key reused with other parameters, the HTTP convention's 409.
+REJECTED_CODE = {"voice_not_found": 404, "reference_invalid": 422, "request_id_reused": 409}
 
 
 class StreamBroken(RuntimeError):

@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 
+import msgspec
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -14,8 +15,10 @@ from consumers.clients.produce import request_and_wait
 from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline.audio import decode, speech_seconds
+from pipeline.engines.base import Profile, SynthesisItem, Synthesized
+from pipeline.fingerprint import Fingerprint
 from tests.integration.conftest import RunningWorker
-from topics.events import SynthesisRequest, decode_result
+from topics.events import SynthesisRequest, SynthesisResult, decode_result, encode
 from topics.partitioning import partition_for
 from topics.specs import topic_names
 
@@ -146,3 +149,135 @@ async def test_redelivered_request_is_answered_from_the_stored_object(
     assert again.audio.sha256 == first.audio.sha256
     assert "synthesis" in first.timings_ms
     assert "synthesis" not in again.timings_ms  # answered without running the engine
+
+
+async def test_a_reused_request_id_is_rejected_and_an_identical_resend_answered_from_the_object(
+        settings: Settings, voice: str, worker: RunningWorker) -> None:
+    request = _request(voice, "The first text, stored once.", "en")
+    rid = request.request_id
+    first = (await request_and_wait(settings, [request], timeout_s=60))[rid]
+    assert first.status == "succeeded" and first.audio is not None
+    store = make_store(settings.store)
+    stored, info = store.get(first.audio.key), store.stat(first.audio.key)
+    assert info is not None and info.metadata["fingerprint"] == Fingerprint.of(request).value
+
+    other = msgspec.structs.replace(request, text="A different text under the same ID.")
+    reused = (await request_and_wait(settings, [other], timeout_s=60))[rid]
+    assert reused.status == "rejected" and reused.audio is None
+    assert reused.error is not None
+    assert (reused.error.code, reused.error.retryable) == ("request_id_reused", False)
+    assert "differs in text" in reused.error.message
+    assert "synthesis" not in reused.timings_ms
+    assert store.get(first.audio.key) == stored  # the first object is untouched
+
+    # Delivery and echo fields are not the request: an identical re-send with other
+    # metadata is answered from the object, without the engine, and echoes its own metadata.
+    resend = msgspec.structs.replace(request, metadata={"resent": True})
+    again = (await request_and_wait(settings, [resend], timeout_s=60))[rid]
+    assert again.status == "succeeded" and again.audio is not None
+    assert (again.audio.key, again.audio.sha256) == (first.audio.key, first.audio.sha256)
+    assert "synthesis" not in again.timings_ms
+    assert again.metadata == {"resent": True}
+
+
+async def test_one_request_twice_in_a_batch_is_synthesized_and_stored_once(
+        settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.integration.workers import produce, wait_for_answers
+
+    s = settings.with_overrides(engine={"name": "bench"})
+    tag = uuid.uuid4().hex[:8]
+    twice = SynthesisRequest(request_id=f"twice-{tag}", voice_id=voice, language="en",
+                             text="Said twice in one batch.")
+    copy = msgspec.structs.replace(twice, metadata={"copy": True})
+    clash = SynthesisRequest(request_id=f"clash-{tag}", voice_id=voice, language="en",
+                             text="The first text wins.")
+    loser = msgspec.structs.replace(clash, text="The second text is refused.")
+    # Produced before the worker starts: one fetch, one voice, one batch.
+    await produce(s, [twice, copy, clash, loser])
+    async with RunningWorker(s) as running:
+        calls: list[list[str]] = []
+        puts: list[str] = []
+        engine, store = running.runtime.engine, running.runtime.store
+        real_synthesize, real_put_new = engine.synthesize, store.put_new
+
+        def synthesize(profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]:
+            calls.append([item.text for item in batch])
+            return real_synthesize(profile, batch)
+
+        def put_new(key: str, data: bytes, content_type: str,
+                    metadata: dict[str, str] | None = None) -> bool:
+            puts.append(key)
+            return real_put_new(key, data, content_type, metadata)
+
+        monkeypatch.setattr(engine, "synthesize", synthesize)
+        monkeypatch.setattr(store, "put_new", put_new)
+        results = await wait_for_answers(s, {twice.request_id, clash.request_id}, 60)
+        await asyncio.sleep(1.0)  # room for a late second answer
+        results = await wait_for_answers(s, {twice.request_id, clash.request_id}, 60)
+    by_id: dict[str, list[SynthesisResult]] = {}
+    for r in results:
+        by_id.setdefault(r.request_id, []).append(r)
+    texts = [text for call in calls for text in call]
+    assert len(calls) == 1, calls  # one engine call for the whole batch
+    assert texts.count("Said twice in one batch.") == 1
+    assert "The second text is refused." not in texts
+    both = by_id[twice.request_id]
+    assert [r.status for r in both] == ["succeeded", "succeeded"]  # each record answered
+    assert len({(r.audio.key, r.audio.sha256) for r in both if r.audio}) == 1
+    assert sorted(str(r.metadata) for r in both) == sorted(["None", str({"copy": True})])
+    refused, won = sorted(by_id[clash.request_id], key=lambda r: r.status)
+    assert (refused.status, won.status) == ("rejected", "succeeded")
+    assert refused.error is not None and refused.error.code == "request_id_reused"
+    assert both[0].audio is not None and won.audio is not None
+    assert sorted(puts) == sorted([both[0].audio.key, won.audio.key])  # one upload each
+    kept = store.stat(won.audio.key)
+    assert kept is not None and kept.metadata["fingerprint"] == Fingerprint.of(clash).value
+
+
+async def test_one_id_two_texts_back_to_back_one_succeeds_one_is_rejected(
+        settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a fuzz run found (both answered `succeeded`, the object overwritten): two texts
+    under one ID produced back to back on a running worker meet in one batch, in two batches
+    at once (the conditional put decides) or one after the other (the stored object does).
+    Whichever: one `succeeded`, whose request the object's fingerprint names, one rejected."""
+    from tests.integration.workers import wait_for_answers
+
+    # 300 ms an engine call: the second record arrives while the first is in the engine, and
+    # a free slot (max_inflight 2) takes it at once, so the two race for the put.
+    monkeypatch.setenv("VF_BENCH_BASE_MS", "300")
+    s = settings.with_overrides(engine={"name": "bench"})
+    tag = uuid.uuid4().hex[:8]
+    pairs = [(SynthesisRequest(request_id=f"pair-{tag}-{i}", voice_id=voice, language="en",
+                               text=f"First text {i}.", metadata={"n": 1}),
+              SynthesisRequest(request_id=f"pair-{tag}-{i}", voice_id=voice, language="en",
+                               text=f"Second text {i}.", metadata={"n": 2}))
+             for i in range(6)]
+    async with RunningWorker(s) as running:
+        store = running.runtime.store
+        warm = SynthesisRequest(request_id=f"warm-{tag}", voice_id=voice, text="Warm up.")
+        await request_and_wait(s, [warm], timeout_s=60)  # the worker has its partitions
+        producer = AIOKafkaProducer(bootstrap_servers=s.kafka.bootstrap, linger_ms=0)
+        await producer.start()
+        try:
+            topic = topic_names(s.kafka.topic_prefix).requests
+            for i, pair in enumerate(pairs):
+                for request in pair:
+                    await producer.send_and_wait(topic, encode(request), key=voice.encode())
+                await asyncio.sleep(0.05 * (i % 3))  # vary the timing
+        finally:
+            await producer.stop()
+        results = await wait_for_answers(s, {a.request_id for a, _ in pairs}, 60)
+    for first, second in pairs:
+        mine = [r for r in results if r.request_id == first.request_id]
+        assert sorted(r.status for r in mine) == ["rejected", "succeeded"], mine  # one each
+        got = {r.metadata["n"]: r for r in mine if r.metadata is not None}
+        winner = next(n for n, r in got.items() if r.status == "succeeded")
+        loser = got[3 - winner]
+        assert loser.error is not None and loser.error.code == "request_id_reused"
+        audio = got[winner].audio
+        assert audio is not None
+        info = store.stat(audio.key)
+        assert info is not None
+        made_by = first if winner == 1 else second
+        assert info.metadata["fingerprint"] == Fingerprint.of(made_by).value
+        assert info.metadata["sha256"] == audio.sha256

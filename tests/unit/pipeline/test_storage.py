@@ -27,6 +27,8 @@ class _StubS3(ThreadingHTTPServer):
         self.connections = 0
         self.requests: list[str] = []
         self.drop_next = 0  # requests to answer by closing the connection instead
+        self.stored: set[str] = set()  # paths PUT so far (read, answered or not)
+        self.conflict = False  # answer conditional PUTs 409, as S3 does mid-race
         self.lock = threading.Lock()
 
     def get_request(self) -> tuple[socket.socket, object]:
@@ -43,7 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def _answer(self, status: int, headers: dict[str, str]) -> None:
+    def _answer(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
@@ -56,11 +58,23 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         self.send_response(status)
-        for name, value in {"Content-Length": "0", **headers}.items():
+        for name, value in {"Content-Length": str(len(body)), **headers}.items():
             self.send_header(name, value)
+        if body:
+            self.send_header("Content-Type", "application/xml")
         self.end_headers()
+        self.wfile.write(body)
 
     def do_PUT(self) -> None:
+        with self.server.lock:
+            exists = self.path in self.server.stored
+            self.server.stored.add(self.path)
+        if self.headers.get("If-None-Match") == "*" and (exists or self.server.conflict):
+            code = "ConditionalRequestConflict" if self.server.conflict else "PreconditionFailed"
+            self._answer(409 if self.server.conflict else 412, {}, body=(
+                f"<Error><Code>{code}</Code><Message>no</Message>"
+                f"<Resource>{self.path}</Resource><RequestId>1</RequestId></Error>").encode())
+            return
         self._answer(200, {"ETag": '"0123456789abcdef"'})
 
     def do_HEAD(self) -> None:
@@ -160,3 +174,27 @@ def test_pool_size_is_validated_and_defaults_to_a_worker_s_concurrency() -> None
     with pytest.raises(ValueError, match="pool_size"):
         ObjectStore(endpoint="http://127.0.0.1:1", access_key="k", secret_key="s", bucket="bkt",
                     pool_size=0)
+
+
+def test_put_new_writes_once_and_reports_a_key_already_taken(stub: _StubS3) -> None:
+    store = _store(stub)
+    assert store.put_new("audio/a.wav", b"abc", "audio/wav", metadata={"sha256": "abc"})
+    assert store.put_new("audio/a.wav", b"xyz", "audio/wav") is False  # 412: not an error
+    assert store.put_new("audio/b.wav", b"abc", "audio/wav") is True
+
+
+def test_put_new_whose_answer_was_lost_finds_its_own_object(stub: _StubS3) -> None:
+    """The PUT landed, the connection died before the answer; the one retry on a fresh
+    connection is refused (412): the caller then answers from the object, which is its own."""
+    store = _store(stub)
+    store.put("warm", b"abc", "audio/wav")
+    stub.drop_next = 1
+    assert store.put_new("audio/c.wav", b"abc", "audio/wav") is False
+    assert stub.requests[-2:] == ["PUT /bkt/audio/c.wav"] * 2
+
+
+def test_a_conditional_put_conflict_is_a_retryable_storage_error(stub: _StubS3) -> None:
+    stub.conflict = True
+    with pytest.raises(VoiceFactoryError) as raised:
+        _store(stub).put_new("audio/d.wav", b"abc", "audio/wav")
+    assert raised.value.code == ErrorCode.STORAGE_ERROR and raised.value.retryable

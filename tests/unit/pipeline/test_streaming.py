@@ -246,3 +246,15 @@ def test_shaper_joins_sentences_with_a_gap_and_holds_back_only_the_fade() -> Non
     assert len(total) == 2400 + 3600 + 2400
     assert np.array_equal(np.concatenate(shaper.pcm), total)
     assert shaper.gain_db is not None and 0 < shaper.gain_db <= 12.0
+
+
+def test_a_stream_reusing_a_request_id_is_rejected_without_a_chunk() -> None:
+    proc, _, store = processor()
+    first = proc.process_stream(request(), received(), ListSink())
+    assert isinstance(first, SynthesisResult) and first.status == "succeeded"
+    stored = dict(store.objects)
+    sink = ListSink()
+    reused = proc.process_stream(request(text="Another text entirely."), received(), sink)
+    assert isinstance(reused, SynthesisResult) and reused.status == "rejected"
+    assert reused.error is not None and reused.error.code == "request_id_reused"
+    assert not sink.chunks and store.objects == stored

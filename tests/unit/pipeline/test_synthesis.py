@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+import pytest
 
 from pipeline.audio import Audio
 from pipeline.engines.base import (
@@ -18,7 +19,7 @@ from pipeline.storage import ObjectInfo
 from pipeline.synthesis import Received, RequestProcessor
 from pipeline.voices import ProfileResolver
 from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
-from topics.events import SynthesisRequest
+from topics.events import JobRef, SynthesisRequest, SynthesisResult
 
 
 class CountingEngine:
@@ -27,6 +28,7 @@ class CountingEngine:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.items = 0  # sentences synthesized, over all calls
 
     def load(self) -> None:
         pass
@@ -37,16 +39,18 @@ class CountingEngine:
 
     def synthesize(self, profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]:
         self.calls += 1
+        self.items += len(batch)
         return [Synthesized(Audio(np.zeros(16000, np.float32), 16000), "en") for _ in batch]
 
 
 class DictStore:
-    """The four calls RequestProcessor makes, over a dict; storage itself is tested on S3."""
+    """The calls RequestProcessor makes, over a dict; storage itself is tested on S3."""
 
     bucket = "b"
 
     def __init__(self) -> None:
         self.objects: dict[str, tuple[bytes, dict[str, str]]] = {}
+        self.puts: list[str] = []  # every key written, in order
 
     def stat(self, key: str) -> ObjectInfo | None:
         if key not in self.objects:
@@ -56,7 +60,15 @@ class DictStore:
 
     def put(self, key: str, data: bytes, content_type: str,
             metadata: dict[str, str] | None = None) -> None:
+        self.puts.append(key)
         self.objects[key] = (data, metadata or {})
+
+    def put_new(self, key: str, data: bytes, content_type: str,
+                metadata: dict[str, str] | None = None) -> bool:
+        if key in self.objects:  # as S3 answers `If-None-Match: *` with 412
+            return False
+        self.put(key, data, content_type, metadata)
+        return True
 
     def presign(self, key: str, expires_s: int) -> str:
         return f"http://s3/{key}"
@@ -133,3 +145,98 @@ def test_out_of_memory_on_a_batch_retries_it_smaller_and_fails_only_the_culprit(
     assert isinstance(outcomes[4], VoiceFactoryError) and outcomes[4].retryable
     assert splits and processor.oom_splits == len(splits)
     assert len(store.objects) == 4
+
+
+def test_a_reused_request_id_with_other_text_is_rejected_and_the_object_kept() -> None:
+    processor, engine, store = _processor()
+    first = processor.process(SynthesisRequest(request_id="r", voice_id="v", text="hi"),
+                              _received())
+    assert first.status == "succeeded"
+    before = dict(store.objects)
+    other = processor.process(SynthesisRequest(request_id="r", voice_id="v", text="bye",
+                                               speed=1.5), _received())
+    assert other.status == "rejected" and other.audio is None
+    assert other.error is not None and other.error.code == "request_id_reused"
+    assert not other.error.retryable
+    assert "text, speed" in other.error.message and "bye" not in other.error.message
+    assert engine.calls == 1 and store.objects == before
+
+
+def test_an_object_stored_before_fingerprints_answers_any_request_under_its_key() -> None:
+    processor, engine, store = _processor()
+    store.objects["audio/2026/01/02/r.wav"] = (b"RIFF", {"sha256": "old", "sample_rate": "24000",
+                                                         "duration_s": "1.000"})
+    result = processor.process(SynthesisRequest(request_id="r", voice_id="v", text="new"),
+                               _received())
+    assert result.status == "succeeded" and result.audio is not None
+    assert result.audio.sha256 == "old" and engine.calls == 0
+
+
+def test_duplicates_in_one_batch_are_synthesized_and_stored_once() -> None:
+    processor, engine, store = _processor()
+    request = SynthesisRequest(request_id="r", voice_id="v", text="One sentence. And two.")
+    copy = SynthesisRequest(request_id="r", voice_id="v", text="One sentence. And two.",
+                            metadata={"copy": True}, job=JobRef(id="j", index=0, total=1))
+    other = SynthesisRequest(request_id="s", voice_id="v", text="Another line.")
+    late = Received(timestamp=datetime(2026, 1, 2, tzinfo=UTC), attempt=2)
+    outcomes = processor.process_batch([(request, _received()), (other, _received()),
+                                        (copy, late)])
+    assert engine.calls == 1 and engine.items == 3  # two sentences of r, one of s
+    assert store.puts == ["audio/2026/01/02/r.wav", "audio/2026/01/02/s.wav"]
+    a, _, b = outcomes
+    assert isinstance(a, SynthesisResult) and isinstance(b, SynthesisResult)
+    assert a.status == b.status == "succeeded" and a.audio == b.audio
+    assert (a.metadata, a.job, a.attempt) == (None, None, 1)
+    assert (b.metadata, b.job, b.attempt) == ({"copy": True}, copy.job, 2)  # its own record's
+
+
+def test_same_request_id_other_request_in_one_batch_the_first_wins() -> None:
+    processor, engine, store = _processor()
+    outcomes = processor.process_batch([
+        (SynthesisRequest(request_id="r", voice_id="v", text="The first text."), _received()),
+        (SynthesisRequest(request_id="r", voice_id="v", text="A second text."), _received())])
+    first, second = outcomes
+    assert isinstance(first, SynthesisResult) and first.status == "succeeded"
+    assert isinstance(second, SynthesisResult) and second.status == "rejected"
+    assert second.error is not None and second.error.code == "request_id_reused"
+    assert "text" in second.error.message
+    assert engine.items == 1 and len(store.objects) == 1
+
+
+@pytest.mark.parametrize(("text", "status"), [("hi", "succeeded"), ("bye", "rejected")])
+def test_an_object_stored_by_another_writer_meanwhile_decides_the_answer(
+        text: str, status: str) -> None:
+    """Two batches (or workers) synthesizing one key at once: the conditional put lets one
+    write; the other's clip is dropped and it answers from what was stored."""
+    engine, store, elsewhere = CountingEngine(), RacedStore(), DictStore()
+    processor = RequestProcessor(engine=engine, store=store,  # type: ignore[arg-type]
+                                 profiles=FixedProfiles({"v"}), worker="w", presign_seconds=60)
+    winner = RequestProcessor(engine=CountingEngine(), store=elsewhere,  # type: ignore[arg-type]
+                              profiles=FixedProfiles({"v"}), worker="w2", presign_seconds=60)
+    first = winner.process(SynthesisRequest(request_id="r", voice_id="v", text="hi"),
+                           _received())
+    assert first.audio is not None
+    store.arriving = elsewhere.objects
+    result = processor.process(SynthesisRequest(request_id="r", voice_id="v", text=text),
+                               _received())
+    assert engine.calls == 1  # it did synthesize: the object was not there at first
+    assert result.status == status
+    key = "audio/2026/01/02/r.wav"
+    assert store.objects[key] == elsewhere.objects[key]  # the first writer's, kept
+    if status == "succeeded":
+        assert result.audio is not None and result.audio.sha256 == first.audio.sha256
+    else:
+        assert result.error is not None and result.error.code == "request_id_reused"
+
+
+class RacedStore(DictStore):
+    """Empty when asked first; the other writer's objects land just before the put."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arriving: dict[str, tuple[bytes, dict[str, str]]] = {}
+
+    def put_new(self, key: str, data: bytes, content_type: str,
+                metadata: dict[str, str] | None = None) -> bool:
+        self.objects.update(self.arriving)
+        return super().put_new(key, data, content_type, metadata)
