@@ -40,7 +40,7 @@ import { fileURLToPath } from "node:url";
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const MARKER = /^<!--\s*(example|invalid-example):\s*([\w.]+)\s*-->$|^<!--\s*(not-an-event)\s*-->$/;
 const EVENT_NAME = /^tts\.[a-z]+\.v[0-9]+$/;
-const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([\w+-]*)/;
+const FENCE = /^\s*(`{3,}|~{3,})\s*([\w+-]*)/;
 
 function usage(message) {
   process.stderr.write(`check.mjs: ${message}\n` +
@@ -109,7 +109,7 @@ function* fencedBlocks(text) {
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
     if (fence) {
-      const close = line.match(/^ {0,3}(`{3,}|~{3,})\s*$/);
+      const close = line.match(/^\s*(`{3,}|~{3,})\s*$/);
       if (close && close[1][0] === fence.mark[0] && close[1].length >= fence.mark.length) {
         yield { ...fence, body: lines.slice(fence.start, i).join("\n") };
         fence = null;

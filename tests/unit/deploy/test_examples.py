@@ -152,3 +152,16 @@ def test_a_missing_node_package_names_the_install_command(
     [outcome] = runner.run_all(docs, ["examples"])
     assert outcome.problems == [
         f"{install.EXAMPLECHECK.modules} is not installed: run `python -m deploy.tools.install`"]
+
+
+def test_an_example_indented_in_a_list_item_is_found(tmp_path: Path, tools: None) -> None:
+    page = tmp_path / "steps.md"
+    page.write_text("\n".join([
+        "1. Cancel the job:", "", "   ```json",
+        '   {"schema": "tts.control.v1", "action": "cancel", "job_id": "ep/12"}', "   ```", ""]),
+        encoding="utf-8")
+    proc = check(ROOT, page)
+    assert proc.returncode == 1
+    [problem] = proc.stderr.splitlines()
+    assert problem.startswith(f"{page}:3: tts.control.v1: /job_id must match pattern "), problem
+    assert "steps.md: 1 example (tts.control.v1 x1)" in proc.stdout
