@@ -12,12 +12,13 @@ STAMP := $(VENV)/.installed
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP)  ## Debian packages + .venv with the project, dev tools and the CosyVoice extra (idempotent)
+setup: $(STAMP)  ## Debian packages (and Node.js with npm, for ajv) + .venv with the project, dev tools and the CosyVoice extra (idempotent)
 
 $(STAMP): pyproject.toml constraints.txt
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -51,7 +52,7 @@ lint: setup  ## ruff and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-check-deploy: setup  ## install the deploy checkers (cached) and validate manifests, rules, dashboard, Dockerfiles, compose
+check-deploy: setup  ## install the deploy checkers (cached) and validate manifests, rules, dashboard, Dockerfiles, compose, the docs' event examples (ajv)
 	$(BIN)/python -m deploy.tools.install
 	$(BIN)/python -m deploy.checks
 

@@ -5,7 +5,7 @@
       (413 before reading), and counts the body as it arrives (413 once over, whatever the
       framing); every exchange -> vf_gateway_requests_total{route,status}
     -> Starlette routes: speech (below), voices and jobs (`consumers.gateway.resources`),
-      /healthz, /readyz, /metrics
+      /healthz, /readyz, /metrics, /openapi.json (`consumers.gateway.openapi`, no key)
     speech: body -> JSON -> `parse_speech` (400) -> voice registered? (404) -> lane lag under
       the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
       -> requests routed (consumers.fleet) to tts.requests.interactive with
@@ -24,13 +24,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import orjson
+from aiokafka.errors import KafkaError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import resources
+from consumers.gateway import openapi, resources
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
 from consumers.gateway.runtime import Gateway
@@ -129,6 +131,22 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     return json_error(500, str(exc), str(exc.code))
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, a method the route lacks, a form it cannot
+    parse) in the same error object as every other answer, not plain text."""
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request")
+    response = json_error(exc.status_code, exc.detail, code)
+    response.headers.update(exc.headers or {})  # 405's Allow
+    return response
+
+
+async def _kafka_error(request: Request, exc: Exception) -> Response:
+    """A voice event or a job's requests not produced: nothing was promised, retry."""
+    log.warning("%s %s: Kafka: %s", request.method, request.url.path, exc)
+    return json_error(503, "Kafka is unavailable; retry later", "kafka_error", retry_after=1)
+
+
 def build_app(gateway: Gateway) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -142,8 +160,11 @@ def build_app(gateway: Gateway) -> ASGIApp:
         Route("/v1/audio/speech", speech, methods=["POST"]),
         *resources.routes(),
         Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
+        Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
-                                              VoiceFactoryError: _store_error})
+                                              VoiceFactoryError: _store_error,
+                                              KafkaError: _kafka_error,
+                                              HTTPException: _http_error})
     app.state.gateway = gateway
     return Guard(app, gateway)
 
@@ -152,7 +173,8 @@ def build_app(gateway: Gateway) -> ASGIApp:
 
 _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+"), "/v1/jobs/{id}"))
-_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/healthz", "/readyz", "/metrics"}
+_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/healthz", "/readyz", "/metrics",
+          "/openapi.json"}
 
 
 def route_label(path: str) -> str:

@@ -14,16 +14,22 @@ GET /v1/jobs/{id}: the latest version's job.json once the aggregator closed it (
   (`consumers.gateway.progress` reads the job's tts.results partition from the script's
   creation time).
 The store is synchronous (minio): its calls run in a thread, off the event loop.
+
+The bodies and answers are msgspec types (`VoiceForm`, `JobScript`, `Voice`, `JobFinished`,
+...): consumers.gateway.openapi publishes them, the answers are encoded from them, and a body
+is converted to its type after the CLI's own checks, so one the schema refuses is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import orjson
+from msgspec import UNSET, UnsetType
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,32 +42,182 @@ from consumers.clients.scripts import ScriptError, parse_script
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
+from consumers.gateway.speech import NO_NUL, SPACE, LanguageTag, VoiceId
 from pipeline import keys
 from pipeline.reference import ReferenceReport, check_reference
 from pipeline.voices import list_voices, register_voice, remove_voice
-from topics.errors import VoiceFactoryError
-from topics.events import VoiceRegistration, encode
-from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
+from topics.errors import ErrorCode, VoiceFactoryError
+from topics.events import (
+    AudioFormat,
+    AudioRef,
+    JobClip,
+    JobStatus,
+    Mode,
+    VoiceRegistration,
+    encode,
+)
+from topics.jsonschema import ID_PATTERN
+from topics.validation import MAX_TEXT_CHARS, REQUEST_ID_MAX, VOICE_ID_MAX, check_id
+
+MAX_LINES = 10_000  # consumers.clients.scripts: a job holds at most this many lines
+Speed = Annotated[float, msgspec.Meta(ge=0.5, le=2.0)]
+SampleRate = Literal[16000, 22050, 24000, 44100, 48000]  # topics.validation.SAMPLE_RATES
 
 
-def _json(obj: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(obj), status, media_type="application/json")
+# -- bodies ------------------------------------------------------------------------------------
+
+class VoiceForm(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The text parts of a voice upload (multipart, beside the `reference` file part); a
+    form has no null, so an absent part is UNSET."""
+
+    voice_id: VoiceId | UnsetType = UNSET  # absent: voice-<12 hex digits>
+    # The reference's transcript: seconds of speech, and it travels in the tts.voices event.
+    transcript: Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS, pattern=NO_NUL)] \
+        | UnsetType = UNSET
+    language: LanguageTag | UnsetType = UNSET
 
 
-def _voice(event: VoiceRegistration) -> dict[str, Any]:
-    return {"id": event.voice_id, "object": "voice", "language": event.language,
-            "transcript": event.prompt_text, "sha256": event.sha256,
-            "created_at": event.created_at}
+class ScriptLine(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One line of a job script (docs/jobs.md); `voice` may come from the script."""
+
+    text: Annotated[str, msgspec.Meta(pattern=f"[^{SPACE}]", description=(
+        "At most 2,000 characters once whitespace runs are collapsed to one space"))]
+    voice: VoiceId | UnsetType = UNSET  # null is not "absent" here: parse_script refuses it
+    instruct: str | None = None
+    language: LanguageTag | None = None
+    format: AudioFormat | None = None
+    sample_rate: SampleRate | None = None
+    speed: Speed | None = None
+    metadata: dict[str, Any] | None = None  # <= 4 KiB as JSON, echoed in the results
+    mode: Mode | None = None
 
 
-def verdict_table(report: ReferenceReport) -> list[dict[str, Any]]:
-    return [{"rule": c.rule, "ok": c.ok, "measured": c.measured, "limit": c.limit,
-             "advisory": c.advisory, "problem": c.problem or None} for c in report.checks]
+class JobScript(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """POST /v1/jobs: a video script as JSON, what `voicefactory job run` reads."""
+
+    job_id: Annotated[str, msgspec.Meta(min_length=1, max_length=REQUEST_ID_MAX - 5,
+                                        pattern=ID_PATTERN)]
+    lines: Annotated[list[ScriptLine], msgspec.Meta(min_length=1, max_length=MAX_LINES)]
+    voice: VoiceId | UnsetType = UNSET  # the default of every line
+    language: LanguageTag | None = None
+    format: AudioFormat | None = None
+    gap_ms: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    concat: bool | None = None
+    track_format: AudioFormat = "wav"
+
+
+# -- answers -----------------------------------------------------------------------------------
+
+class RuleCheck(msgspec.Struct, kw_only=True):
+    """One rule of the reference check (pipeline.reference) and its verdict."""
+
+    rule: str
+    ok: bool
+    measured: str
+    limit: str
+    advisory: bool  # reported, never a rejection
+    problem: str | None
+
+
+class Voice(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["voice"]
+    language: str | None
+    transcript: str | None
+    sha256: str
+    created_at: str
+
+
+class VoiceCreated(Voice, kw_only=True):
+    checks: list[RuleCheck]
+
+
+class VoiceList(msgspec.Struct, kw_only=True):
+    object: Literal["list"]
+    data: list[Voice]
+
+
+class VoiceDeleted(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["voice"]
+    deleted: bool
+    objects: int  # objects removed from the store: reference, voice.json, profiles
+
+
+class JobQueued(msgspec.Struct, kw_only=True):
+    """POST /v1/jobs: a version produced (202), or an unchanged script (200, nothing
+    produced); `lines` are the indices a revision produced (docs/jobs.md)."""
+
+    id: str
+    object: Literal["job"]
+    status: Literal["queued", "unchanged"]
+    version: int
+    total: int
+    url: str
+    lines: list[int] | None  # None for version 1 (every line)
+    message: str
+
+
+class JobFinished(msgspec.Struct, kw_only=True):
+    """A job the aggregator closed: its job.json (tts.job.v1), subtitles presigned."""
+
+    id: str
+    object: Literal["job"]
+    status: JobStatus
+    version: int
+    total: int
+    done: int
+    missing: list[int]
+    duration_s: float
+    subtitles: str | None  # a presigned URL of the .srt
+    clips: list[JobClip]
+    track: AudioRef | None
+
+
+class JobRunning(msgspec.Struct, kw_only=True):
+    """A job still open: its lines answered so far, read from tts.results."""
+
+    id: str
+    object: Literal["job"]
+    status: Literal["running"]
+    version: int
+    total: int
+    carried: int  # clips taken over from the previous version (docs/jobs.md)
+    done: int
+    succeeded: int
+    failed: int
+    progress_complete: bool  # False: the read stopped at its time limit
+
+
+def _json(obj: msgspec.Struct, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(obj), status, media_type="application/json")
+
+
+_AT_FIELD = re.compile(r"at `\$\.([A-Za-z_]+)")
+
+
+def refusal(exc: msgspec.ValidationError) -> Response:
+    """A body the CLI's checks passed but its published type refuses: 400 naming the field."""
+    found = _AT_FIELD.search(str(exc))
+    return json_error(400, f"{exc} (see /openapi.json)", "invalid_request",
+                      param=found.group(1) if found else None)
+
+
+def _voice(event: VoiceRegistration) -> Voice:
+    return Voice(id=event.voice_id, object="voice", language=event.language,
+                 transcript=event.prompt_text, sha256=event.sha256,
+                 created_at=event.created_at)
+
+
+def verdict_table(report: ReferenceReport) -> list[RuleCheck]:
+    return [RuleCheck(rule=c.rule, ok=c.ok, measured=c.measured, limit=c.limit,
+                      advisory=c.advisory, problem=c.problem or None) for c in report.checks]
 
 
 async def create_voice(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "multipart/form-data":
         return json_error(415, "POST /v1/voices takes multipart/form-data with a `reference` "
                                "file", "unsupported_media_type")
     limit = gw.settings.gateway.max_upload_bytes
@@ -71,32 +227,39 @@ async def create_voice(request: Request) -> Response:
             return json_error(400, "the `reference` file part is missing", "invalid_request",
                               param="reference")
         data = await upload.read()
-        fields = {k: form.get(k) for k in ("voice_id", "transcript", "language")}
-    texts = {k: v for k, v in fields.items() if isinstance(v, str) and v}
-    voice_id = texts.get("voice_id") or f"voice-{uuid.uuid4().hex[:12]}"
+        # Every other part is a text part VoiceForm names: a typo is an error, not ignored.
+        parts = {k: v for k, v in form.multi_items() if k != "reference"}
     try:
-        check_id("voice_id", voice_id, VOICE_ID_MAX)
+        if isinstance(parts.get("voice_id"), str):
+            check_id("voice_id", str(parts["voice_id"]), VOICE_ID_MAX)
+        form_fields = msgspec.convert(parts, VoiceForm)
+    except msgspec.ValidationError as exc:  # before ValueError, which it is too
+        return refusal(exc)
     except ValueError as exc:
         return json_error(400, str(exc), "invalid_request", param="voice_id")
+    voice_id = form_fields.voice_id or f"voice-{uuid.uuid4().hex[:12]}"
     report = await asyncio.to_thread(check_reference, data)
+    checks = verdict_table(report)
     if not report.ok:
         return json_error(422, "; ".join(report.problems), "reference_invalid",
-                          param="reference", checks=verdict_table(report))
+                          param="reference", checks=msgspec.to_builtins(checks))
     try:
         event = await asyncio.to_thread(
             register_voice, gw.store, voice_id=voice_id, reference=data,
-            prompt_text=texts.get("transcript"), language=texts.get("language"))
+            prompt_text=form_fields.transcript or None, language=form_fields.language or None)
     except VoiceFactoryError as exc:
+        if exc.code == ErrorCode.STORAGE_ERROR:
+            raise  # the app's 503: the caller may retry
         return json_error(422, str(exc), str(exc.code), param="reference")
     assert gw.producer is not None
     await gw.producer.send_and_wait(gw.names.voices, encode(event), key=voice_id.encode())
-    return _json({**_voice(event), "checks": verdict_table(report)}, 201)
+    return _json(VoiceCreated(**msgspec.structs.asdict(_voice(event)), checks=checks), 201)
 
 
 async def get_voices(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     voices = await asyncio.to_thread(list_voices, gw.store)
-    return _json({"object": "list", "data": [_voice(v) for v in voices]})
+    return _json(VoiceList(object="list", data=[_voice(v) for v in voices]))
 
 
 def _path_id(request: Request, name: str, limit: int) -> str | Response:
@@ -116,14 +279,28 @@ async def voice(request: Request) -> Response:
         try:
             removed = await asyncio.to_thread(remove_voice, gw.store, voice_id)
         except VoiceFactoryError as exc:
+            if exc.code != ErrorCode.VOICE_NOT_FOUND:
+                raise  # a store outage is the app's 503, not a 404
             return json_error(404, str(exc), "voice_not_found")
         assert gw.producer is not None
         await gw.producer.send_and_wait(gw.names.voices, None, key=voice_id.encode())
-        return _json({"id": voice_id, "object": "voice", "deleted": True, "objects": removed})
+        return _json(VoiceDeleted(id=voice_id, object="voice", deleted=True, objects=removed))
     raw = await asyncio.to_thread(gw.store.get, keys.voice_json_key(voice_id))
     if raw is None:
         return json_error(404, f"voice {voice_id!r} is not registered", "voice_not_found")
     return _json(_voice(msgspec.json.decode(raw, type=VoiceRegistration)))
+
+
+def _whole_numbers(doc: Any) -> Any:
+    """JSON has one number type: 1081.0 is the whole number the schema's "integer" takes, but
+    orjson reads it as a float, which the script's int fields refuse."""
+    lines = doc.get("lines") if isinstance(doc, dict) else None
+    for part in [doc, *(lines if isinstance(lines, list) else [])]:
+        for name in ("gap_ms", "sample_rate"):
+            value = part.get(name) if isinstance(part, dict) else None
+            if isinstance(value, float) and value.is_integer():
+                part[name] = int(value)
+    return doc
 
 
 async def create_job(request: Request) -> Response:
@@ -133,23 +310,28 @@ async def create_job(request: Request) -> Response:
     except orjson.JSONDecodeError as exc:
         return json_error(400, f"the body is not JSON: {exc}", "invalid_json")
     try:
-        script = parse_script(doc, source="body")
+        script = parse_script(_whole_numbers(doc), source="body")
     except ScriptError as exc:
         return json_error(400, str(exc), "invalid_request")
+    try:
+        msgspec.convert(doc, JobScript)
+    except msgspec.ValidationError as exc:
+        return refusal(exc)
     try:
         submission = await asyncio.to_thread(submit, gw.store, script)
     except UnknownVoices as exc:
         return json_error(400, str(exc), "voice_not_found", param="lines", voices=exc.missing)
     except RevisionError as exc:
         return json_error(409, str(exc), "invalid_request")
-    body = {"id": script.job_id, "object": "job", "version": submission.version,
-            "total": len(script.requests), "url": f"/v1/jobs/{script.job_id}",
-            "lines": sorted(submission.reasons) if submission.version > 1 else None,
-            "message": submission.describe()}
+    answer = JobQueued(id=script.job_id, object="job", status="queued",
+                       version=submission.version, total=len(script.requests),
+                       url=f"/v1/jobs/{script.job_id}",
+                       lines=sorted(submission.reasons) if submission.version > 1 else None,
+                       message=submission.describe())
     if submission.unchanged:
-        return _json({**body, "status": "unchanged", "lines": []})
+        return _json(msgspec.structs.replace(answer, status="unchanged", lines=[]))
     await gw.produce(gw.names.requests, submission.requests)
-    return _json({**body, "status": "queued"}, 202)
+    return _json(answer, 202)
 
 
 async def job(request: Request) -> Response:
@@ -168,12 +350,10 @@ async def job(request: Request) -> Response:
             subtitles = await asyncio.to_thread(gw.store.presign,
                                                 keys.job_subtitles_key(job_id, version),
                                                 gw.settings.store.presign_seconds)
-        return _json({"id": job_id, "object": "job", "status": event.status,
-                      "version": version,
-                      "total": event.total, "done": len(event.clips), "missing": event.missing,
-                      "duration_s": event.duration_s, "subtitles": subtitles,
-                      "clips": [msgspec.to_builtins(c) for c in event.clips],
-                      "track": msgspec.to_builtins(event.track) if event.track else None})
+        return _json(JobFinished(id=job_id, object="job", status=event.status,
+                                 version=version, total=event.total, done=len(event.clips),
+                                 missing=event.missing, duration_s=event.duration_s,
+                                 subtitles=subtitles, clips=event.clips, track=event.track))
     script = opened if opened is not None else await asyncio.to_thread(
         gw.store.get, keys.job_script_key(job_id))
     if script is None:
@@ -181,17 +361,21 @@ async def job(request: Request) -> Response:
     manifest = decode_manifest(script)
     progress = await job_progress(gw.settings.kafka, gw.names.results, job_id,
                                   manifest.created_at, version=manifest.version)
-    return _json({"id": job_id, "object": "job", "status": "running",
-                  "version": manifest.version,
-                  "total": manifest.total, "carried": len(manifest.carried),
-                  "done": progress.done,
-                  "succeeded": progress.succeeded, "failed": progress.done - progress.succeeded,
-                  "progress_complete": progress.complete})
+    return _json(JobRunning(id=job_id, object="job", status="running",
+                            version=manifest.version, total=manifest.total,
+                            carried=len(manifest.carried), done=progress.done,
+                            succeeded=progress.succeeded,
+                            failed=progress.done - progress.succeeded,
+                            progress_complete=progress.complete))
+
+
+async def voices(request: Request) -> Response:
+    return await (create_voice if request.method == "POST" else get_voices)(request)
 
 
 def routes() -> list[Route]:
-    return [Route("/v1/voices", create_voice, methods=["POST"]),
-            Route("/v1/voices", get_voices, methods=["GET"]),
+    # One route per path, so that a 405's Allow names every method the path takes.
+    return [Route("/v1/voices", voices, methods=["GET", "POST"]),
             Route("/v1/voices/{id}", voice, methods=["GET", "DELETE"]),
             Route("/v1/jobs", create_job, methods=["POST"]),
             Route("/v1/jobs/{id}", job, methods=["GET"])]

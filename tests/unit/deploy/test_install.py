@@ -4,6 +4,7 @@ interrupted one is redone, and a failing build says what failed."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,54 @@ def test_the_local_compose_checker_is_versioned_by_its_sources() -> None:
     assert len(version) == 12 and install.COMPOSECHECK.home.name.endswith(version)
     go_sum = install.COMPOSECHECK.source / "go.sum"
     assert "github.com/compose-spec/compose-go/v2" in go_sum.read_text()
+
+
+def test_the_example_checker_is_versioned_by_its_lock_file() -> None:
+    package = install.EXAMPLECHECK
+    assert len(package.version) == 12 and package.home.name == f"examplecheck-{package.version}"
+    lock = json.loads((package.source / "package-lock.json").read_text())
+    # Exact versions, each with its integrity hash: npm ci installs nothing else.
+    declared = json.loads((package.source / "package.json").read_text())["dependencies"]
+    for name, version in declared.items():
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version
+    assert all(entry.get("integrity", "").startswith("sha512-")
+               for key, entry in lock["packages"].items() if key)
+
+
+def test_a_complete_node_install_is_reused_without_npm(monkeypatch: pytest.MonkeyPatch) -> None:
+    package = install.EXAMPLECHECK
+    (package.modules / "ajv").mkdir(parents=True)
+    (package.home / ".complete").write_text(package.version + "\n")
+
+    def no_npm() -> str:
+        raise AssertionError("npm was called for an installed package")
+
+    monkeypatch.setattr(install, "_npm", no_npm)
+    assert install.ensure_node_package(package, io.StringIO()) == package.modules
+
+
+def test_an_interrupted_node_install_is_redone_with_npm_ci(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    package = install.EXAMPLECHECK
+    package.modules.mkdir(parents=True)  # half an install: no .complete marker
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str], out: object, *, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        calls.append(cmd)
+        assert cwd is not None and (cwd / "package-lock.json").exists()
+        (cwd / "node_modules" / "ajv").mkdir(parents=True)
+
+    monkeypatch.setattr(install, "_npm", lambda: "npm")
+    monkeypatch.setattr(install, "_run", fake_run)
+    assert install.ensure_node_package(package, io.StringIO()) == package.modules
+    assert calls == [["npm", "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund"]]
+    assert (package.modules / "ajv").is_dir()
+    assert (package.home / ".complete").read_text() == package.version + "\n"
+
+
+def test_no_npm_is_an_install_error_naming_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(install.InstallError, match=r"'npm' is not on PATH.*make setup"):
+        install.ensure_node_package(install.EXAMPLECHECK, io.StringIO())

@@ -245,3 +245,20 @@ def test_asyncapi_request_key_pattern_is_the_routing_key_rule(text: str, shard: 
     except ValueError:
         return
     assert pattern.match(routing_key(text, shard))
+
+
+def asyncapi_examples() -> list[tuple[str, str]]:
+    doc = yaml.safe_load(ASYNCAPI.read_text("utf-8"))
+    return [(message["name"], json.dumps(example["payload"], ensure_ascii=False))
+            for message in doc["components"]["messages"].values()
+            for example in message.get("examples", []) if "payload" in example]
+
+
+@pytest.mark.parametrize(("name", "body"), asyncapi_examples())
+def test_asyncapi_example_validates_and_is_read_by_the_code(name: str, body: str) -> None:
+    # The same two tests as the contract page's examples; ajv checks them too (examplecheck).
+    test_contract_example_validates(name, body)
+
+
+def test_asyncapi_has_an_example_for_every_message() -> None:
+    assert {name for name, _ in asyncapi_examples()} == set(EVENTS)

@@ -1,0 +1,281 @@
+"""/openapi.json: valid OpenAPI 3.1, every route described, and the gateway answers as it says.
+
+No Kafka here (the app's lifespan is not entered; a memory store stands in for S3). The
+second half pins what tests/integration/test_gateway_fuzz.py found, one test per bug.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, get_args
+
+import jsonschema_rs
+import msgspec
+import orjson
+import pytest
+import schemathesis
+from aiokafka.errors import KafkaConnectionError
+from hypothesis import given
+from hypothesis import strategies as st
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from consumers.clients.scripts import parse_script
+from consumers.gateway import openapi, resources
+from consumers.gateway.app import build_app
+from consumers.gateway.keys import KeyRing, add_key
+from consumers.gateway.runtime import Gateway
+from consumers.gateway.serve import error_body
+from consumers.gateway.speech import LANGUAGE_PATTERN, BadField, SpeechBody, parse_speech
+from consumers.settings import GatewaySettings, Settings
+from pipeline.storage import ObjectInfo
+from pipeline.text.language import normalise_tag
+from topics.errors import ErrorCode, VoiceFactoryError
+from topics.events import SynthesisRequest, VoiceRegistration, encode
+from topics.validation import SAMPLE_RATES
+
+VOICE_JSON = "voices/narrator-1/voice.json"
+
+
+class MemoryStore:
+    bucket = "voicefactory"
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def put(self, key: str, data: bytes, content_type: str,
+            metadata: dict[str, str] | None = None) -> None:
+        self.objects[key] = data
+
+    def get(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        data = self.objects.get(key)
+        return ObjectInfo(key, len(data), {}) if data is not None else None
+
+    def list_prefix(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    memory = MemoryStore()
+    memory.put(VOICE_JSON, encode(VoiceRegistration(
+        voice_id="narrator-1", reference="s3://voicefactory/voices/narrator-1/reference.wav",
+        sha256="0" * 64, created_at="2026-01-01T00:00:00Z", language="en")), "application/json")
+    return memory
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, store: MemoryStore) -> Gateway:
+    keys = tmp_path / "keys"
+    settings = Settings(gateway=GatewaySettings(keys_file=str(keys)))
+    return Gateway(settings, keyring=KeyRing(keys), store=store)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def auth(gateway: Gateway, tmp_path: Path) -> dict[str, str]:
+    key = add_key(tmp_path / "keys", "acme", rate=1000, streams=2)
+    gateway.keys.refresh(force=True)
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def http(gateway: Gateway) -> Iterator[TestClient]:
+    yield TestClient(build_app(gateway), raise_server_exceptions=False)
+
+
+# -- the document --------------------------------------------------------------------------------
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        if isinstance(node.get("$ref"), str):
+            yield node["$ref"]
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    doc = openapi.document()
+    assert doc["openapi"] == "3.1.0"
+    schemathesis.openapi.from_dict(doc).validate()  # the OpenAPI 3.1 meta-schema
+    for ref in set(_refs(doc)):  # and every $ref points at something
+        node: Any = doc
+        for part in ref.removeprefix("#/").split("/"):
+            node = node[part]
+        assert isinstance(node, dict), ref
+
+
+def test_every_route_of_the_app_is_described_and_nothing_else(gateway: Gateway) -> None:
+    app = build_app(gateway).app  # type: ignore[attr-defined]
+    served = {(method.lower(), route.path) for route in app.routes if isinstance(route, Route)
+              for method in route.methods or () if method != "HEAD"}
+    described = {(method, path) for path, item in openapi.document()["paths"].items()
+                 for method in item}
+    assert served == described
+    for path, item in openapi.document()["paths"].items():
+        for spec in item.values():
+            guarded = path.startswith("/v1/")
+            assert spec["security"] == ([{"bearer": []}] if guarded else [])
+            assert ("401" in spec["responses"]) is guarded and ("429" in spec["responses"]) \
+                is guarded
+            if "requestBody" in spec:
+                assert "413" in spec["responses"]
+
+
+def test_it_is_served_without_a_key(http: TestClient) -> None:
+    reply = http.get("/openapi.json")
+    assert reply.status_code == 200 and reply.headers["content-type"] == "application/json"
+    assert reply.json() == orjson.loads(orjson.dumps(openapi.document()))
+
+
+def test_what_the_app_writes_outside_the_route_types_matches_the_document(
+        http: TestClient) -> None:
+    strict = msgspec.json.Decoder(openapi.ApiError)
+    body = strict.decode(error_body(422, "bad", "reference_invalid", "reference", checks=[]))
+    assert body.error.type == "invalid_request_error" and body.checks == []
+    assert strict.decode(error_body(503, "down", "kafka_error")).error.type == "server_error"
+    msgspec.json.decode(http.get("/healthz").content, type=openapi.Health)
+    ready = http.get("/readyz")
+    assert msgspec.json.decode(ready.content, type=openapi.Readiness).status == "unavailable"
+
+
+def test_the_documents_examples_are_accepted_bodies() -> None:
+    msgspec.convert(openapi.SPEECH_EXAMPLE, SpeechBody)
+    order = parse_speech(openapi.SPEECH_EXAMPLE, tenant="acme")
+    assert order.voice_id == "narrator-1" and order.requests
+    msgspec.convert(openapi.JOB_EXAMPLE, resources.JobScript)
+    script = parse_script(openapi.JOB_EXAMPLE, source="example")
+    assert len(script.requests) == 2
+    body = openapi.document()["paths"]["/v1/audio/speech"]["post"]["requestBody"]
+    assert body["content"]["application/json"]["example"] == openapi.SPEECH_EXAMPLE
+
+
+def test_the_job_script_sample_rates_are_the_contracts() -> None:
+    assert get_args(resources.SampleRate) == SAMPLE_RATES
+
+
+def _patterns(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            yield node["pattern"]
+        for value in node.values():
+            yield from _patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _patterns(value)
+
+
+@pytest.mark.parametrize("sample", [
+    "en", "en\n", " en", "zh_Hant-TW", "MANDARIN", "a", "a\x00b", "\x1c", "\x85", "\ufeff",
+    "  ", "[R][EH1][D]", "[R] [D]", "narrator-1", "..", ".", "a/b", "x" * 70, "好", ""])
+def test_each_pattern_means_the_same_to_python_and_to_ecma_262(sample: str) -> None:
+    """msgspec checks with Python's `re`, JSON Schema readers with ECMA-262 regexes."""
+    for pattern in set(_patterns(openapi.document())):
+        ecma = jsonschema_rs.validator_for({"type": "string", "pattern": pattern})
+        assert ecma.is_valid(sample) == bool(re.search(pattern, sample)), (pattern, sample)
+
+
+@given(st.from_regex(LANGUAGE_PATTERN, fullmatch=True).filter(lambda s: len(s) <= 35))
+def test_a_tag_the_document_allows_is_one_the_engines_accept(tag: str) -> None:
+    normalise_tag(tag)
+
+
+# -- what the fuzzer found -----------------------------------------------------------------------
+
+def test_starlettes_own_refusals_are_the_json_error_object(http: TestClient,
+                                                          auth: dict[str, str]) -> None:
+    missing = http.get("/v1/voices/a%2Fb", headers=auth)  # decoded to a path no route has
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    no_boundary = http.post("/v1/voices", content=b"x", headers={
+        **auth, "Content-Type": "multipart/form-data"})
+    assert no_boundary.status_code == 400
+    assert no_boundary.headers["content-type"] == "application/json"
+
+
+def test_a_405_names_every_method_of_the_path(http: TestClient, auth: dict[str, str]) -> None:
+    reply = http.request("OPTIONS", "/v1/voices", headers=auth)
+    assert reply.status_code == 405 and reply.json()["error"]["code"] == "method_not_allowed"
+    assert set(reply.headers["allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
+
+
+def _upload(http: TestClient, auth: dict[str, str], **parts: str) -> Any:
+    return http.post("/v1/voices", headers=auth, data=parts,
+                     files={"reference": ("r.wav", b"not audio")})
+
+
+def test_a_voice_upload_takes_only_the_parts_it_documents(http: TestClient,
+                                                         auth: dict[str, str]) -> None:
+    typo = _upload(http, auth, transcipt="hello")
+    assert typo.status_code == 400 and "transcipt" in typo.json()["error"]["message"]
+    long = _upload(http, auth, transcript="x" * 2001)  # it travels in the tts.voices event
+    assert long.status_code == 400 and long.json()["error"]["param"] == "transcript"
+    tag = _upload(http, auth, language="not a tag")
+    assert tag.status_code == 400 and tag.json()["error"]["param"] == "language"
+    assert _upload(http, auth, transcript="hello", language="en").status_code == 422
+
+
+def test_job_numbers_written_with_a_fraction_are_whole_numbers(
+        http: TestClient, auth: dict[str, str], gateway: Gateway) -> None:
+    produced: list[SynthesisRequest] = []
+
+    async def produce(topic: str, requests: list[SynthesisRequest],
+                      partition: int | None = None) -> None:
+        produced.extend(requests)
+
+    gateway.produce = produce  # type: ignore[method-assign]
+    script = {"job_id": "j1", "voice": "narrator-1", "gap_ms": 250.0,
+              "lines": [{"text": "Hello.", "sample_rate": 24000.0}]}
+    reply = http.post("/v1/jobs", json=script, headers=auth)
+    assert reply.status_code == 202, reply.text
+    assert [r.sample_rate for r in produced] == [24000]
+
+
+@pytest.mark.parametrize(("change", "param"), [
+    ({"concat": "false"}, "concat"),  # bool("false") was True
+    ({"language": "not a tag"}, "language"),  # the worker would reject it
+    ({"lines": [{"text": "Hi.", "voice": None}]}, "voice"),
+])
+def test_a_script_the_document_refuses_is_refused(http: TestClient, auth: dict[str, str],
+                                                  gateway: Gateway, change: dict[str, Any],
+                                                  param: str) -> None:
+    script = {"job_id": "j2", "voice": "narrator-1", "lines": [{"text": "Hi."}], **change}
+    reply = http.post("/v1/jobs", json=script, headers=auth)
+    assert reply.status_code == 400, reply.text
+    assert param in reply.text
+
+
+def test_a_note_is_one_annotation_and_nothing_beside_it() -> None:
+    body = {"model": "m", "input": "I read it.", "voice": "v",
+            "annotations": {"read": "[R][EH1][D] and more"}}
+    with pytest.raises(BadField) as caught:
+        parse_speech(body, tenant="acme")
+    assert caught.value.field == "annotations"
+
+
+def test_store_and_kafka_outages_are_503_not_404_or_500(
+        http: TestClient, auth: dict[str, str], gateway: Gateway,
+        store: MemoryStore) -> None:
+    def down(prefix: str) -> list[str]:
+        raise VoiceFactoryError(ErrorCode.STORAGE_ERROR, f"list {prefix}: connection refused")
+
+    async def refused(topic: str, requests: list[SynthesisRequest],
+                      partition: int | None = None) -> None:
+        raise KafkaConnectionError("no broker")
+
+    gateway.produce = refused  # type: ignore[method-assign]
+    job = http.post("/v1/jobs", headers=auth,
+                    json={"job_id": "j3", "voice": "narrator-1", "lines": [{"text": "Hi."}]})
+    assert job.status_code == 503 and job.json()["error"]["code"] == "kafka_error"
+    store.list_prefix = down  # type: ignore[method-assign]
+    deleted = http.delete("/v1/voices/narrator-1", headers=auth)
+    assert deleted.status_code == 503 and deleted.headers["retry-after"] == "1"
