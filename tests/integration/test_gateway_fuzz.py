@@ -56,7 +56,7 @@ from topics.events import decode_voice
 from topics.specs import CONTROL, REQUESTS, REQUESTS_INTERACTIVE, VOICES
 from topics.validation import decode_request
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600),
+pytestmark = [pytest.mark.integration, pytest.mark.fuzz, pytest.mark.timeout(600),
               # schemathesis' own strategies trip these; they are not the gateway's
               pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")]
 
