@@ -47,7 +47,9 @@ function field(label, control, hint) {
 }
 
 function table(caption, headers, rows) {
-  return el("div", { class: "scroll" }, el("table", {},
+  // A wrapper that scrolls on a narrow screen: focusable, so the keyboard can scroll it too.
+  return el("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": caption },
+    el("table", {},
     el("caption", { class: "note" }, caption),
     el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col" }, h)))),
     el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, c)))))));
@@ -115,12 +117,12 @@ function verdictTable(checks) {
 
 function voiceForm(refresh) {
   const file = el("input", { id: "v-file", type: "file", accept: "audio/*" });
-  const id = el("input", { id: "v-id", type: "text", pattern: "[A-Za-z0-9._-]+" });
+  const id = el("input", { id: "v-id", type: "text", autocomplete: "off" });
   const transcript = el("textarea", { id: "v-transcript", rows: 2 });
   const language = el("input", { id: "v-language", type: "text", placeholder: "en" });
   const verdict = el("div", { id: "v-verdict", "aria-live": "polite" });
-  const register = el("button", { type: "button", id: "v-register", disabled: true },
-    "Register voice");
+  const register = el("button", { type: "button", id: "v-register", disabled: true,
+    onclick: () => add() }, "Register voice");
   let recorded = null;
   const record = el("button", { type: "button", class: "plain", id: "v-record" }, "Record");
   const recordNote = el("span", { class: "note", id: "v-record-note" });
@@ -214,7 +216,7 @@ async function voicesPage() {
 
   function actions(v) {
     const cell = el("div", { class: "row" });
-    const play = el("button", { type: "button", class: "plain", "aria-label": `Play ${v.id}'s reference`,
+    const play = el("button", { type: "button", class: "plain", "aria-label": `Play reference of ${v.id}`,
       onclick: async () => {
         try {
           const blob = await (await api(`/v1/voices/${encodeURIComponent(v.id)}/reference`)).blob();
@@ -256,7 +258,8 @@ async function voicesPage() {
 // -- Speak ---------------------------------------------------------------------------------
 
 const takes = []; // this session's takes: {text, voice, format, url, name, firstMs, seconds}
-window.vfAudio = { samples: 0, played: 0, chunks: 0, firstAudioMs: null };
+// What Web Audio was given and played, for tests and the curious (no key or text in it).
+window.vfAudio = { samples: 0, played: 0, chunks: 0, firstAudioMs: null, lastAudioMs: null };
 
 function wavFile(pcm) { // s16le mono 24 kHz -> a WAV file
   const header = new DataView(new ArrayBuffer(44));
@@ -300,7 +303,8 @@ async function streamPcm(response, started, onFirst) {
     node.addEventListener("ended", () => { window.vfAudio.played += ints.length; });
     window.vfAudio.samples += ints.length;
     window.vfAudio.chunks += 1;
-    if (first) { first = false; onFirst(performance.now() - started); }
+    window.vfAudio.lastAudioMs = performance.now() - started;
+    if (first) { first = false; onFirst(window.vfAudio.lastAudioMs); }
   }
   const pcm = new Blob(parts);
   return { blob: wavFile(await pcm.arrayBuffer()), seconds: pcm.size / 2 / RATE };
@@ -325,7 +329,7 @@ async function speakPage() {
     ["pcm", "wav", "mp3", "opus", "flac", "aac"].map((f) => el("option", { value: f }, f)));
   const speed = el("input", { id: "s-speed", type: "number", min: "0.5", max: "2", step: "0.1",
     value: "1" });
-  const notes = el("textarea", { id: "s-annotations", rows: 2, placeholder: "好 = [h][ǎo]" });
+  const notes = el("textarea", { id: "s-annotations", rows: 2, placeholder: "read = [R][EH1][D]" });
   const first = el("output", { id: "s-first", class: "metric", for: "s-text" }, "-");
   const go = el("button", { type: "submit", id: "s-go" }, "Speak");
   const history = el("div", { id: "s-history" });
@@ -515,7 +519,8 @@ async function jobsPage() {
 
   main.replaceChildren(el("h1", {}, "Jobs"),
     el("form", { class: "form", onsubmit: submit },
-      el("p", {}, "A script as `voicefactory job run` reads it: JSON with ", el("code", {}, "lines"),
+      el("p", {}, "A script as ", el("code", {}, "voicefactory job run"), " reads it: JSON with ",
+        el("code", {}, "lines"),
         " (each a voice and a text), or JSONL with one line object per row."),
       field("Job ID", jobId, "Used when the script names none."),
       field("Script file", file),
@@ -555,8 +560,9 @@ async function fleetPage() {
       el("h2", {}, "Interactive lane lag"),
       el("p", { id: "f-lag" }, lag.total === null ? "Not sampled yet."
         : `${lag.total} request(s) behind (503 above ${lag.threshold}).`),
-      Object.keys(lag.partitions).length ? table("Lag per partition", ["partition", "lag"],
-        Object.entries(lag.partitions).map(([p, n]) => [p, String(n)])) : "",
+      Object.keys(lag.partitions).length ? table("Lag per partition",
+        ["partition", ...Object.keys(lag.partitions)],
+        [["lag", ...Object.values(lag.partitions).map(String)]]) : "",
       el("h2", {}, "Errors answered"),
       f.errors.length ? table("4xx and 5xx answers by route", ["route", "status", "count"],
         f.errors.map((e) => [e.route, String(e.status), String(e.count)])) : el("p", {}, "None."));
