@@ -16,6 +16,7 @@ const RATE = 24000; // pcm answers: 24 kHz s16le mono
 const main = document.getElementById("main");
 const statusLine = document.getElementById("status");
 let timer = null; // the page's polling timer, cleared on every page change
+let shown = 0; // page changes so far: a page still loading when the next one came stops
 
 // -- helpers -----------------------------------------------------------------------------
 
@@ -115,6 +116,24 @@ function verdictTable(checks) {
       c.measured ?? "", c.limit ?? "", c.problem ?? ""]));
 }
 
+// A browser records WebM/Opus (or MP4), which the reference checks do not all decode: the
+// recording is decoded here and sent as 16-bit mono WAV at the recording's own rate.
+async function recordingAsWav(blob) {
+  const ctx = new AudioContext();
+  try {
+    const audio = await ctx.decodeAudioData(await blob.arrayBuffer());
+    const samples = audio.getChannelData(0);
+    const ints = new Int16Array(samples.length);
+    for (let i = 0; i < samples.length; i++) {
+      ints[i] = Math.max(-32768, Math.min(32767, Math.round(samples[i] * 32767)));
+    }
+    const file = new File([wavFile(ints.buffer, audio.sampleRate)], "recording.wav",
+      { type: "audio/wav" });
+    file.seconds = audio.duration;
+    return file;
+  } finally { ctx.close(); }
+}
+
 function voiceForm(refresh) {
   const file = el("input", { id: "v-file", type: "file", accept: "audio/*" });
   const id = el("input", { id: "v-id", type: "text", autocomplete: "off" });
@@ -125,13 +144,13 @@ function voiceForm(refresh) {
     onclick: () => add() }, "Register voice");
   let recorded = null;
   const record = el("button", { type: "button", class: "plain", id: "v-record" }, "Record");
-  const recordNote = el("span", { class: "note", id: "v-record-note" });
+  const recordNote = el("span", { class: "note", id: "v-record-note", "aria-live": "polite" });
 
   function body() {
     const form = new FormData();
     const chosen = recorded || file.files[0];
     if (!chosen) throw new ApiError(400, { error: { message: "choose or record a reference" } });
-    form.append("reference", chosen, chosen.name || "recording.webm");
+    form.append("reference", chosen, chosen.name || "recording.wav");
     for (const [name, input] of [["voice_id", id], ["transcript", transcript],
       ["language", language]]) if (input.value.trim()) form.append(name, input.value.trim());
     return form;
@@ -171,11 +190,14 @@ function voiceForm(refresh) {
         const parts = [];
         recorder = new MediaRecorder(stream);
         recorder.addEventListener("dataavailable", (e) => parts.push(e.data));
-        recorder.addEventListener("stop", () => {
+        recorder.addEventListener("stop", async () => {
           stream.getTracks().forEach((t) => t.stop());
-          recorded = new File(parts, "recording.webm", { type: recorder.mimeType });
-          record.textContent = "Record again";
-          recordNote.textContent = `Recorded ${(recorded.size / 1024).toFixed(0)} KiB: it replaces the file.`;
+          try {
+            recorded = await recordingAsWav(new Blob(parts, { type: recorder.mimeType }));
+            record.textContent = "Record again";
+            recordNote.textContent = `Recorded ${recorded.seconds.toFixed(1)} s: it replaces the file.`;
+            register.disabled = true;
+          } catch (err) { recordNote.textContent = `Recording not decoded: ${err.message}`; }
         });
         recorder.start();
         record.textContent = "Stop recording";
@@ -261,13 +283,13 @@ const takes = []; // this session's takes: {text, voice, format, url, name, firs
 // What Web Audio was given and played, for tests and the curious (no key or text in it).
 window.vfAudio = { samples: 0, played: 0, chunks: 0, firstAudioMs: null, lastAudioMs: null };
 
-function wavFile(pcm) { // s16le mono 24 kHz -> a WAV file
+function wavFile(pcm, rate = RATE) { // s16le mono -> a WAV file
   const header = new DataView(new ArrayBuffer(44));
   const put = (at, text) => [...text].forEach((c, i) => header.setUint8(at + i, c.charCodeAt(0)));
   put(0, "RIFF"); header.setUint32(4, 36 + pcm.byteLength, true); put(8, "WAVE");
   put(12, "fmt "); header.setUint32(16, 16, true); header.setUint16(20, 1, true);
-  header.setUint16(22, 1, true); header.setUint32(24, RATE, true);
-  header.setUint32(28, RATE * 2, true); header.setUint16(32, 2, true);
+  header.setUint16(22, 1, true); header.setUint32(24, rate, true);
+  header.setUint32(28, rate * 2, true); header.setUint16(32, 2, true);
   header.setUint16(34, 16, true); put(36, "data"); header.setUint32(40, pcm.byteLength, true);
   return new Blob([header, pcm], { type: "audio/wav" });
 }
@@ -319,7 +341,7 @@ function annotations(text) { // "word = [markup]" per line -> {"word": "[markup]
   return Object.keys(out).length ? out : null;
 }
 
-async function speakPage() {
+async function speakPage(live) {
   const text = el("textarea", { id: "s-text", rows: 4, required: true, maxlength: 4096 },
     "Hello from the voice factory. This line streams as it is made.");
   const voice = el("select", { id: "s-voice", required: true });
@@ -339,6 +361,7 @@ async function speakPage() {
     voice.replaceChildren(...voices.map((v) => el("option", { value: v.id }, v.id)));
     if (!voices.length) voice.append(el("option", { value: "" }, "no voices yet"));
   } catch (err) { say(`Voices not loaded: ${err.message}`, true); }
+  if (!live()) return;
 
   function showHistory() {
     history.replaceChildren(el("h2", { id: "takes" }, "This session's takes"),
@@ -434,7 +457,7 @@ function scriptFrom(text, jobId) { // JSON (what `job run` reads) or JSONL (one 
   }
 }
 
-async function jobsPage() {
+async function jobsPage(live) {
   const script = el("textarea", { id: "j-script", rows: 8, spellcheck: "false" });
   const file = el("input", { id: "j-file", type: "file", accept: ".json,.jsonl,application/json" });
   const jobId = el("input", { id: "j-id", type: "text",
@@ -454,7 +477,7 @@ async function jobsPage() {
       const job = await apiJson("/v1/jobs", { method: "POST",
         headers: { "Content-Type": "application/json" }, body: JSON.stringify(doc) });
       say(`Job ${job.id} queued: ${job.total} line(s).`);
-      watch(job.id, doc.lines);
+      if (live()) watch(job.id, doc.lines);
     } catch (err) {
       const missing = err.body && err.body.voices;
       say(`Job refused: ${err.message}${missing ? ` (${JSON.stringify(missing)})` : ""}`, true);
@@ -531,7 +554,7 @@ async function jobsPage() {
 
 // -- Fleet ---------------------------------------------------------------------------------
 
-async function fleetPage() {
+async function fleetPage(live) {
   const body = el("div", { id: "f-body" }, el("p", {}, "Loading..."));
   main.replaceChildren(el("h1", {}, "Fleet"),
     el("p", {}, "What this gateway replica reads: the workers' statuses on tts.fleet, the "
@@ -568,7 +591,7 @@ async function fleetPage() {
         f.errors.map((e) => [e.route, String(e.status), String(e.count)])) : el("p", {}, "None."));
   }
   await refresh();
-  timer = setInterval(refresh, 2000);
+  if (live()) timer = setInterval(refresh, 2000);
 }
 
 // -- routing -------------------------------------------------------------------------------
@@ -577,6 +600,8 @@ const PAGES = { voices: voicesPage, speak: speakPage, jobs: jobsPage, fleet: fle
 
 async function route() {
   clearInterval(timer);
+  const mine = ++shown;
+  const live = () => mine === shown;
   const name = (location.hash.match(/^#\/(\w+)/) || [])[1];
   const page = PAGES[name] ? name : "voices";
   for (const link of document.querySelectorAll("nav a")) {
@@ -591,7 +616,8 @@ async function route() {
     document.getElementById("api-key").focus();
     return;
   }
-  await PAGES[page]();
+  await PAGES[page](live);
+  if (!live()) return;
   main.dataset.page = page;
   main.focus();
 }

@@ -188,7 +188,9 @@ def stack(bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
 def browser() -> Iterator[Browser]:
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
-            "--no-sandbox", "--autoplay-policy=no-user-gesture-required"])
+            "--no-sandbox", "--autoplay-policy=no-user-gesture-required",
+            # a microphone for MediaRecorder: Chromium's fake device (a beep), no prompt
+            "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"])
         yield chromium
         chromium.close()
 
@@ -294,6 +296,23 @@ def test_voices_verdict_register_play_and_delete(browser: Browser,
     expect(page.locator("#status")).to_have_text("Voice console-voice deleted.")
     expect(page.get_by_role("cell", name="console-voice", exact=True)).to_have_count(0)
     key_stays_put(page, stack.key)
+    assert errors_of(page) == []
+
+
+def test_a_recording_is_sent_as_wav_and_checked(browser: Browser, stack: Stack) -> None:
+    page = open_console(browser, stack, "voices")
+    page.context.grant_permissions(["microphone"])
+    page.get_by_role("button", name="Record", exact=True).click()
+    stop = page.get_by_role("button", name="Stop recording")
+    expect(stop).to_be_visible()
+    page.wait_for_timeout(2500)
+    stop.click()
+    expect(page.locator("#v-record-note")).to_contain_text("Recorded", timeout=10_000)
+    page.get_by_role("button", name="Check reference").click()
+    rows = page.locator("#v-verdict tbody tr")
+    expect(rows.first).to_be_visible(timeout=30_000)
+    decodable = page.locator("#v-verdict tr", has=page.get_by_role("cell", name="decodable"))
+    expect(decodable).to_contain_text("pass")  # WebM from the browser, WAV on the wire
     assert errors_of(page) == []
 
 
