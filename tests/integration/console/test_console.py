@@ -8,7 +8,8 @@ fresh sessionStorage), types the key into the console's form and works the page 
 and clicks as a person would:
 
     Voices: a 1-second clip's verdict (the failing rule shown, nothing stored), then a good
-      reference checked, registered, its reference played, and deleted after a confirm
+      reference checked, registered, its reference played, and deleted after a confirm; a
+      recording from Chromium's fake microphone sent as WAV and found decodable
     Speak: a line streamed as pcm into Web Audio: > 1 s of samples scheduled and played,
       in pieces (the first scheduled well before the last arrived), the time to first audio
       shown; the take in the history with a download
@@ -17,7 +18,7 @@ and clicks as a person would:
     Fleet: the worker's lanes from tts.fleet, the lag table
     every page: axe-core (vendored, tests/integration/console/vendor) finds no serious or
       critical violation; no horizontal scroll at 360 px wide; the key never in a URL or
-      localStorage
+      localStorage, nor in any process's log; the whole console works by keyboard alone
 Screenshots go to $VF_CONSOLE_SCREENSHOTS (docs/img for docs/console.md) only when it is set.
 """
 
@@ -286,7 +287,7 @@ def test_voices_verdict_register_play_and_delete(browser: Browser,
     page.get_by_role("button", name="Play reference of console-voice").click()
     audio = page.get_by_label("console-voice's reference")
     expect(audio).to_be_visible()
-    page.wait_for_function("() => document.querySelector('#v-player audio').duration > 3")
+    page.wait_for_function("() => document.querySelector('#v-player audio')?.duration > 3")
     shot(page, "voices")
 
     page.get_by_role("button", name="Delete console-voice").click()
@@ -358,7 +359,7 @@ def test_a_10_line_script_runs_to_done_and_its_srt_downloads(
     expect(page.locator("#j-view tbody tr")).to_have_count(10)
     expect(page.locator("#j-view tbody .ok")).to_have_count(10)
     page.get_by_role("button", name="Play line 3").click()
-    page.wait_for_function("() => document.querySelector('#j-player audio').duration > 0.5")
+    page.wait_for_function("() => document.querySelector('#j-player audio')?.duration > 0.5")
     with page.expect_download() as download:
         page.get_by_role("button", name="Download subtitles (SRT)").click()
     assert download.value.suggested_filename == f"{job_id}.srt"
@@ -412,3 +413,13 @@ def test_the_console_works_by_keyboard_alone(browser: Browser,
     expect(page.locator("main")).to_have_attribute("data-page", "jobs")
     expect(page.get_by_role("heading", name="Jobs", level=1)).to_be_visible()
     key_stays_put(page, stack.key)
+
+
+def test_the_key_reached_no_log_line(browser: Browser, stack: Stack) -> None:
+    """Last in the module: after every page used it, the key is in no process's log."""
+    page = open_console(browser, stack, "fleet")  # one more use, in case this runs alone
+    expect(page.locator("#f-lag")).to_be_visible()
+    logs = sorted(stack.logs.glob("*.log"))
+    assert {log.name for log in logs} == {"worker.log", "aggregator.log", "gateway.log"}
+    for log in logs:
+        assert stack.key not in log.read_text(errors="replace"), log.name
