@@ -5,6 +5,9 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
     GET /v1/jobs/{id}/subtitles          the closed job's SRT (attachment)
     GET /v1/jobs/{id}/clips/{index}      one line's clip of a closed job (the audio object
                                          job.json names, when it is in the gateway's bucket)
+    GET /v1/jobs/{id}/clips.zip          every clip of a closed job, stored (not deflated),
+                                         named {line:04d}-{request_id}.{format}
+    GET /v1/jobs/{id}/timeline           job.json's timeline: each line's start and end (s)
     GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet:
         partitions, backlog/queued/inflight and slots per lane, hot voices, age), the lag
         sampler's last sample per partition of tts.requests.interactive, this replica's
@@ -17,7 +20,9 @@ only from its own origin (or blob:), and the object store is another origin.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
+import zipfile
 from typing import Any
 
 import msgspec
@@ -33,6 +38,7 @@ from pipeline import keys
 from topics.events import JobCompleted, VoiceRegistration
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
+MAX_ZIP_BYTES = 512 * 2**20  # a zip is built in memory: larger jobs download clip by clip
 AUDIO_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
                "ogg": "audio/ogg", "opus": "audio/ogg", "m4a": "audio/mp4", "aac": "audio/aac"}
 
@@ -112,6 +118,49 @@ async def clip(request: Request) -> Response:
                                                      "application/octet-stream"))
 
 
+def _stored_clips(gw: Gateway, event: JobCompleted) -> list[tuple[str, str]]:
+    """(zip name, object key) of each clip in the gateway's bucket, in line order."""
+    return [(f"{c.index + 1:04d}-{c.request_id}.{c.audio.format}", c.audio.key)
+            for c in sorted(event.clips, key=lambda c: c.index)
+            if c.audio is not None and c.audio.bucket == gw.store.bucket
+            and c.audio.key.startswith("audio/")]
+
+
+async def clips_zip(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    event = await _closed_job(request)
+    if isinstance(event, Response):
+        return event
+    size = sum(c.audio.bytes for c in event.clips if c.audio is not None)
+    if size > MAX_ZIP_BYTES:
+        return json_error(413, f"job {event.job_id!r}'s clips are {size:,} bytes, over the "
+                               f"{MAX_ZIP_BYTES:,} a zip is made of; fetch them one by one",
+                          "zip_too_large")
+    wanted = _stored_clips(gw, event)
+
+    def build() -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+            for name, key in wanted:
+                data = gw.store.get(key)
+                if data is not None:
+                    archive.writestr(name, data)
+        return out.getvalue()
+
+    data = await asyncio.to_thread(build)
+    return Response(data, media_type="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="{event.job_id}-clips.zip"'})
+
+
+async def timeline(request: Request) -> Response:
+    event = await _closed_job(request)
+    if isinstance(event, Response):
+        return event
+    return _json({"id": event.job_id, "object": "job.timeline",
+                  "duration_s": event.duration_s,
+                  "timeline": [msgspec.to_builtins(span) for span in event.timeline]})
+
+
 def responses_by_status(gw: Gateway) -> list[dict[str, Any]]:
     """This replica's 4xx and 5xx answers so far, by route and status, most first."""
     out = []
@@ -167,4 +216,6 @@ def routes() -> list[Route]:
     return [Route("/v1/voices/{id}/reference", reference, methods=["GET"]),
             Route("/v1/jobs/{id}/subtitles", subtitles, methods=["GET"]),
             Route("/v1/jobs/{id}/clips/{index:int}", clip, methods=["GET"]),
+            Route("/v1/jobs/{id}/clips.zip", clips_zip, methods=["GET"]),
+            Route("/v1/jobs/{id}/timeline", timeline, methods=["GET"]),
             Route("/v1/fleet", fleet, methods=["GET"])]

@@ -493,7 +493,7 @@ async function jobsPage(live) {
       }
       if (job.status === "running") { showRunning(job, lines); return; }
       clearInterval(timer);
-      showClosed(job);
+      showClosed(job, lines);
     };
     poll();
     timer = setInterval(poll, 1000);
@@ -508,21 +508,44 @@ async function jobsPage(live) {
         ["line", "voice", "text"], lines.map((l, i) => [String(i + 1), l.voice || "", l.text || ""])));
   }
 
-  function showClosed(job) {
+  function fileButton(job, what, label, name, disabled = false) {
+    return el("button", { type: "button", class: "plain", disabled, onclick: async () => {
+      try {
+        const blob = await (await api(`/v1/jobs/${encodeURIComponent(job.id)}/${what}`)).blob();
+        download(blob, name);
+        say(`${name} downloaded.`);
+      } catch (err) { say(`${name} not downloaded: ${err.message}`, true); }
+    } }, label);
+  }
+
+  async function rerun(job, lines, again) {
+    const doc = { job_id: `${job.id}-r${Date.now().toString(36)}`,
+      lines: again.map((i) => lines[i]) };
+    try {
+      const queued = await apiJson("/v1/jobs", { method: "POST",
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify(doc) });
+      say(`Job ${queued.id} queued: lines ${again.map((i) => i + 1).join(", ")} again.`);
+      watch(queued.id, doc.lines);
+    } catch (err) { say(`Re-run refused: ${err.message}`, true); }
+  }
+
+  function showClosed(job, lines) {
     const player = el("div", { id: "j-player" });
-    const srt = el("button", { type: "button", id: "j-srt", disabled: !job.subtitles,
-      onclick: async () => {
-        try {
-          const blob = await (await api(`/v1/jobs/${encodeURIComponent(job.id)}/subtitles`)).blob();
-          download(blob, `${job.id}.srt`);
-          say(`Subtitles of ${job.id} downloaded.`);
-        } catch (err) { say(`Subtitles not downloaded: ${err.message}`, true); }
-      } }, "Download subtitles (SRT)");
+    const again = [...job.clips.filter((c) => c.status !== "succeeded").map((c) => c.index),
+      ...job.missing].filter((i) => lines[i]).sort((a, b) => a - b);
+    const srt = fileButton(job, "subtitles", "Download subtitles (SRT)", `${job.id}.srt`,
+      !job.subtitles);
+    srt.className = "";
+    const redo = el("button", { type: "button", class: "plain", disabled: !again.length,
+      onclick: () => rerun(job, lines, again) },
+    again.length ? `Re-run ${again.length} failed line(s)` : "Re-run failed lines");
     view.replaceChildren(el("h2", {}, `Job ${job.id}: ${job.status}`),
       el("p", { id: "j-state" }, `${job.done} of ${job.total} line(s) done, `
         + `${job.duration_s.toFixed(1)} s of audio${job.missing.length
           ? `; missing lines: ${job.missing.map((i) => i + 1).join(", ")}` : ""}.`),
-      el("div", { class: "row" }, srt),
+      el("div", { class: "row" }, srt,
+        fileButton(job, "timeline", "Download timeline (JSON)", `${job.id}-timeline.json`),
+        fileButton(job, "clips.zip", "Download clips (zip)", `${job.id}-clips.zip`), redo),
       table("Each line's result", ["line", "voice", "text", "status", "seconds", "clip"],
         job.clips.map((c) => [String(c.index + 1), c.voice_id, c.text,
           el("span", { class: c.status === "succeeded" ? "ok" : "bad" }, c.status),

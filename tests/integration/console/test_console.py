@@ -12,9 +12,9 @@ and clicks as a person would:
       recording from Chromium's fake microphone sent as WAV and found decodable
     Speak: a line streamed as pcm into Web Audio: > 1 s of samples scheduled and played,
       in pieces (the first scheduled well before the last arrived), the time to first audio
-      shown; the take in the history with a download
-    Jobs: a 10-line JSONL script pasted, watched until it closes `succeeded`, its SRT
-      downloaded through the console
+      shown; the take in the history with a download; an mp3 take, whole
+    Jobs: a 10-line JSONL script pasted, watched until it closes `succeeded`, a clip played,
+      its SRT, the zip of its clips and its timeline downloaded through the console
     Fleet: the worker's lanes from tts.fleet, the lag table
     every page: axe-core (vendored, tests/integration/console/vendor) finds no serious or
       critical violation; no horizontal scroll at 360 px wide; the key never in a URL or
@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import os
 import re
 import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -339,6 +342,14 @@ def test_speak_streams_into_web_audio_and_shows_the_first_audio_time(
         take.get_by_role("link", name=re.compile("Download take-1.wav")).click()
     data = Path(download.value.path()).read_bytes()
     assert data[:4] == b"RIFF" and (len(data) - 44) / 2 / 24_000 > 1.0
+    # Another format comes whole, then plays; the take downloads as that format.
+    page.get_by_label("Format").select_option("mp3")
+    page.get_by_role("button", name="Speak", exact=True).click()
+    expect(page.locator("#s-history li")).to_have_count(2, timeout=60_000)
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download take-2.mp3").click()
+    mp3 = Path(download.value.path()).read_bytes()
+    assert mp3[:3] == b"ID3" or mp3[0] == 0xFF, mp3[:8]
     shot(page, "speak")
     assert serious_violations(page) == []
     key_stays_put(page, stack.key)
@@ -365,6 +376,18 @@ def test_a_10_line_script_runs_to_done_and_its_srt_downloads(
     assert download.value.suggested_filename == f"{job_id}.srt"
     srt = Path(download.value.path()).read_text(encoding="utf-8")
     assert [t for t in lines if t in srt] == lines and "-->" in srt
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download clips (zip)").click()
+    with zipfile.ZipFile(download.value.path()) as archive:
+        names = archive.namelist()
+        assert len(names) == 10 and names[0] == f"0001-{job_id}-0000.wav", names
+        assert all(archive.read(n)[:4] == b"RIFF" for n in names)
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Download timeline (JSON)").click()
+    spans = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))["timeline"]
+    assert [s["index"] for s in spans] == list(range(10))
+    assert all(a["end_s"] <= b["start_s"] for a, b in itertools.pairwise(spans))
+    expect(page.get_by_role("button", name="Re-run failed lines")).to_be_disabled()
     shot(page, "jobs")
     assert serious_violations(page) == []
     assert errors_of(page) == []

@@ -8,7 +8,9 @@ the Kafka clients, is not entered.
 
 from __future__ import annotations
 
+import io
 import re
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -27,7 +29,7 @@ from pipeline import keys
 from pipeline.storage import ObjectInfo, ObjectStore
 from pipeline.voices import register_voice
 from tests.unit.pipeline.conftest import espeak_wav
-from topics.events import AudioRef, JobClip, JobCompleted, encode
+from topics.events import AudioRef, ClipSpan, JobClip, JobCompleted, encode
 from topics.fleet import LaneLoad, WorkerStatus
 
 
@@ -165,7 +167,8 @@ def _closed_job(store: DictStore, bucket: str) -> None:
     clips = [JobClip(index=0, request_id="ep1-0000", voice_id="v", text="One.",
                      status="succeeded", duration_s=1.0, audio=audio),
              JobClip(index=1, request_id="ep1-0001", voice_id="v", text="Two.", status="failed")]
-    event = JobCompleted(job_id="ep1", status="partial", total=2, clips=clips, timeline=[],
+    timeline = [ClipSpan(index=0, start_s=0.0, end_s=1.0)]
+    event = JobCompleted(job_id="ep1", status="partial", total=2, clips=clips, timeline=timeline,
                          completed_at="2026-12-04T00:00:00+00:00", subtitles="s3://srt")
     store.put(keys.job_json_key("ep1"), encode(event), "application/json")
     store.put(keys.job_subtitles_key("ep1"), b"1\n00:00:00,000 --> 00:00:01,000\nOne.\n", "")
@@ -187,11 +190,28 @@ def test_a_closed_jobs_subtitles_and_clips_are_served(
         "job_not_found"
 
 
+def test_a_closed_jobs_clips_come_as_one_zip_and_its_timeline_as_json(
+        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+    _closed_job(store, store.bucket)
+    answer = http.get("/v1/jobs/ep1/clips.zip", headers=auth)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/zip"
+    assert answer.headers["content-disposition"] == 'attachment; filename="ep1-clips.zip"'
+    with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
+        assert archive.namelist() == ["0001-ep1-0000.wav"]  # the failed line has no clip
+        assert archive.read("0001-ep1-0000.wav") == b"RIFF"
+    line = http.get("/v1/jobs/ep1/timeline", headers=auth).json()
+    assert line["timeline"] == [{"index": 0, "start_s": 0.0, "end_s": 1.0}]
+    assert http.get("/v1/jobs/ep2/clips.zip", headers=auth).status_code == 404
+    assert route_label("/v1/jobs/ep1/clips.zip") == "/v1/jobs/{id}/clips.zip"
+
+
 def test_a_clip_in_another_bucket_is_not_served(
         http: TestClient, auth: dict[str, str], store: DictStore) -> None:
     _closed_job(store, "someone-elses")
     answer = http.get("/v1/jobs/ep1/clips/0", headers=auth)
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "clip_not_found"
+    archive = http.get("/v1/jobs/ep1/clips.zip", headers=auth).content
+    assert zipfile.ZipFile(io.BytesIO(archive)).namelist() == []
 
 
 # -- the fleet summary -----------------------------------------------------------------------
