@@ -14,7 +14,8 @@ and clicks as a person would:
       in pieces (the first scheduled well before the last arrived), the time to first audio
       shown; the take in the history with a download; an mp3 take, whole
     Jobs: a 10-line JSONL script pasted, watched until it closes `succeeded`, a clip played,
-      its SRT, the zip of its clips and its timeline downloaded through the console
+      its SRT, the zip of its clips and its timeline downloaded through the console; a
+      failed line of another job run again, alone, as a new job
     Fleet: the worker's lanes from tts.fleet, the lag table
     every page: axe-core (vendored, tests/integration/console/vendor) finds no serious or
       critical violation; no horizontal scroll at 360 px wide; the key never in a URL or
@@ -66,8 +67,10 @@ PAGES = ("voices", "speak", "jobs", "fleet")
 # The real worker with the bench engine (speech-like audio at a set pace), so a stream
 # really comes in pieces over time: 0.25 s windows, the first after 100 ms, a real-time
 # factor of 0.2 (espeak makes a whole line in one go, faster than a browser can tell).
+# A line with the engine's fail marker fails at its first attempt (re-run test).
 BENCH_ENGINE = {"VF_ENGINE": "bench", "VF_BENCH_FIRST_CHUNK_MS": "100",
-                "VF_BENCH_CHUNK_SECONDS": "0.25", "VF_BENCH_PER_AUDIO_SECOND_MS": "200"}
+                "VF_BENCH_CHUNK_SECONDS": "0.25", "VF_BENCH_PER_AUDIO_SECOND_MS": "200",
+                "VF_MAX_ATTEMPTS": "1"}
 
 pytestmark = [
     pytest.mark.integration,
@@ -390,6 +393,25 @@ def test_a_10_line_script_runs_to_done_and_its_srt_downloads(
     expect(page.get_by_role("button", name="Re-run failed lines")).to_be_disabled()
     shot(page, "jobs")
     assert serious_violations(page) == []
+    assert errors_of(page) == []
+
+
+def test_a_failed_line_is_run_again_as_a_new_job(browser: Browser, stack: Stack) -> None:
+    page = open_console(browser, stack, "jobs")
+    job_id = f"console-{uuid.uuid4().hex[:6]}"
+    page.get_by_label("Script", exact=True).fill(json.dumps({"job_id": job_id, "lines": [
+        {"voice": stack.voice, "text": "This line works."},
+        {"voice": stack.voice, "text": "This one fails [[bench:fail]]", "language": "en"},
+        {"voice": stack.voice, "text": "So does this one."}]}))
+    page.get_by_role("button", name="Submit job").click()
+    heading = page.locator("#j-view h2")
+    expect(heading).to_have_text(f"Job {job_id}: partial", timeout=120_000)
+    expect(page.locator("#j-view tbody .bad")).to_have_count(1)
+    page.get_by_role("button", name="Re-run 1 failed line(s)").click()
+    expect(heading).to_have_text(re.compile(rf"^Job {job_id}-r\w+: failed$"), timeout=120_000)
+    rows = page.locator("#j-view tbody tr")
+    expect(rows).to_have_count(1)  # only the failed line, with its own options, went again
+    expect(rows.first).to_contain_text("This one fails")
     assert errors_of(page) == []
 
 
