@@ -460,11 +460,28 @@ def test_the_console_works_by_keyboard_alone(browser: Browser,
     key_stays_put(page, stack.key)
 
 
+def test_a_wrong_key_says_so_and_is_forgotten_on_request(browser: Browser,
+                                                         stack: Stack) -> None:
+    context = browser.new_context()
+    OPENED.append(context)
+    page = context.new_page()
+    page.goto(stack.url + "/console/#/voices")
+    page.get_by_label("API key").fill("vf-not-a-key")
+    page.get_by_role("button", name="Use key").click()
+    expect(page.locator("#voice-list")).to_contain_text("Voices not loaded: invalid API key")
+    page.get_by_role("button", name="Forget key").click()
+    expect(page.get_by_label("API key")).to_be_focused()
+    assert page.evaluate("() => sessionStorage.length") == 0
+    assert "vf-not-a-key" not in page.url
+
+
 def test_the_key_reached_no_log_line(browser: Browser, stack: Stack) -> None:
-    """Last in the module: after every page used it, the key is in no process's log."""
+    """Last in the module: after every page used it, the key (and the wrong one tried
+    above) is in no process's log."""
     page = open_console(browser, stack, "fleet")  # one more use, in case this runs alone
     expect(page.locator("#f-lag")).to_be_visible()
     logs = sorted(stack.logs.glob("*.log"))
     assert {log.name for log in logs} == {"worker.log", "aggregator.log", "gateway.log"}
     for log in logs:
-        assert stack.key not in log.read_text(errors="replace"), log.name
+        text = log.read_text(errors="replace")
+        assert stack.key not in text and "vf-not-a-key" not in text, log.name
