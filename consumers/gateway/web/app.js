@@ -400,9 +400,13 @@ async function speakPage(live) {
       } else {
         const blob = await response.blob();
         shown(performance.now() - started);
-        take = { blob, seconds: NaN };
         const audio = new Audio(URL.createObjectURL(blob));
-        audio.addEventListener("loadedmetadata", () => { take.seconds = audio.duration; });
+        await new Promise((resolve) => { // its length for the history, if the browser says
+          audio.addEventListener("loadedmetadata", resolve, { once: true });
+          audio.addEventListener("error", resolve, { once: true });
+          setTimeout(resolve, 3000);
+        });
+        take = { blob, seconds: audio.duration };
         audio.play().catch(() => {});
       }
       const ext = fmt === "pcm" ? "wav" : (fmt === "opus" ? "ogg" : fmt);

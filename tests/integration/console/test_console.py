@@ -349,6 +349,7 @@ def test_speak_streams_into_web_audio_and_shows_the_first_audio_time(
     page.get_by_label("Format").select_option("mp3")
     page.get_by_role("button", name="Speak", exact=True).click()
     expect(page.locator("#s-history li")).to_have_count(2, timeout=60_000)
+    expect(page.locator("#s-history li").first).to_contain_text(re.compile(r"mp3, [1-9][0-9.]* s"))
     with page.expect_download() as download:
         page.get_by_role("link", name="Download take-2.mp3").click()
     mp3 = Path(download.value.path()).read_bytes()
