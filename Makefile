@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):/usr/local/go/bin:$(PATH)
-DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg nginx
+DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg nginx chromium
 STAMP := $(VENV)/.installed
 
 .PHONY: help setup demo test unit integration lint check-deploy bench down clean

@@ -126,6 +126,10 @@ class FleetRouter:
         age_ms = (self._clock() - self._seen_at[worker]) * 1000
         return not status.draining and age_ms <= STALE_INTERVALS * status.interval_ms
 
+    def statuses(self) -> list[WorkerStatus]:
+        """Every worker's newest status held now, by worker ID (a read-only copy)."""
+        return [self._status[w] for w in sorted(self._status)]
+
     def workers(self, lane: RouteLane) -> list[str]:
         return sorted(set(self._owner_map(lane).values()))
 

@@ -5,7 +5,9 @@
       (413 before reading), and counts the body as it arrives (413 once over, whatever the
       framing); every exchange -> vf_gateway_requests_total{route,status}
     -> Starlette routes: speech (below), voices and jobs (`consumers.gateway.resources`),
-      /healthz, /readyz, /metrics, /openapi.json (`consumers.gateway.openapi`, no key)
+      stored bytes and the fleet summary for the console (`consumers.gateway.console_api`),
+      /healthz, /readyz, /metrics, /openapi.json (`consumers.gateway.openapi`, no key), and
+      the console's files under /console (no key: `consumers.gateway.console`)
     speech: body -> JSON -> `parse_speech` (400) -> voice registered? (404) -> lane lag under
       the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
       -> requests routed (consumers.fleet) to tts.requests.interactive with
@@ -32,7 +34,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import openapi, resources
+from consumers.gateway import console, console_api, openapi, resources
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
 from consumers.gateway.runtime import Gateway
@@ -158,7 +160,7 @@ def build_app(gateway: Gateway) -> ASGIApp:
 
     app = Starlette(routes=[
         Route("/v1/audio/speech", speech, methods=["POST"]),
-        *resources.routes(),
+        *resources.routes(), *console_api.routes(), *console.routes(),
         Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
         Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
@@ -172,9 +174,15 @@ def build_app(gateway: Gateway) -> ASGIApp:
 # -- the guard in front of everything ---------------------------------------------------------
 
 _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
-           (re.compile(r"/v1/jobs/[^/]+"), "/v1/jobs/{id}"))
-_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/healthz", "/readyz", "/metrics",
-          "/openapi.json"}
+           (re.compile(r"/v1/jobs/[^/]+"), "/v1/jobs/{id}"),
+           (re.compile(r"/v1/voices/[^/]+/reference"), "/v1/voices/{id}/reference"),
+           (re.compile(r"/v1/jobs/[^/]+/subtitles"), "/v1/jobs/{id}/subtitles"),
+           (re.compile(r"/v1/jobs/[^/]+/clips/[0-9]+"), "/v1/jobs/{id}/clips/{index}"),
+           (re.compile(r"/v1/jobs/[^/]+/clips\.zip"), "/v1/jobs/{id}/clips.zip"),
+           (re.compile(r"/v1/jobs/[^/]+/timeline"), "/v1/jobs/{id}/timeline"),
+           (re.compile(r"/console(/.*)?"), "/console"))
+_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/healthz", "/readyz",
+          "/metrics"}
 
 
 def route_label(path: str) -> str:

@@ -36,6 +36,7 @@ class LagSampler:
         self._interval_s = interval_s
         self._on_sample = on_sample
         self.lag: int | None = None  # None until the first sample
+        self.by_partition: dict[int, int] = {}  # the last sample, per partition (GET /v1/fleet)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -56,11 +57,12 @@ class LagSampler:
                                                                   partitions=self._tps)
         begins: dict[TopicPartition, int] = await consumer.beginning_offsets(self._tps)
         ends: dict[TopicPartition, int] = await consumer.end_offsets(self._tps)
-        lag = 0
+        each = {}
         for tp in self._tps:
             done = committed[tp].offset if tp in committed else -1
-            lag += max(0, ends.get(tp, 0) - max(done, begins.get(tp, 0)))
-        return lag
+            each[tp.partition] = max(0, ends.get(tp, 0) - max(done, begins.get(tp, 0)))
+        self.by_partition = each
+        return sum(each.values())
 
     async def _run(self) -> None:
         while True:

@@ -1,7 +1,8 @@
 """Voices and jobs over HTTP: the CLI's registry and job flow behind /v1/voices and /v1/jobs.
 
 POST /v1/voices (multipart: `reference` file, `transcript`, optional `voice_id`, `language`)
-  -> `check_reference` (422 with the verdict table as JSON when a rule fails)
+  -> `check_reference` (422 with the verdict table as JSON when a rule fails; `?dry_run=1`
+     stops here: 200 with the table, nothing stored or produced)
   -> `register_voice` (the CLI's `voices add`) -> the event on tts.voices.
 GET /v1/voices, GET /v1/voices/{id}: voice.json objects; DELETE: `remove_voice` + tombstone.
 POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) ->
@@ -132,6 +133,15 @@ class VoiceCreated(Voice, kw_only=True):
     checks: list[RuleCheck]
 
 
+class VoiceCheck(msgspec.Struct, kw_only=True):
+    """POST /v1/voices?dry_run=1: the reference passed every rule; nothing was stored."""
+
+    id: str
+    object: Literal["voice.check"]
+    ok: bool
+    checks: list[RuleCheck]
+
+
 class VoiceList(msgspec.Struct, kw_only=True):
     object: Literal["list"]
     data: list[Voice]
@@ -243,6 +253,8 @@ async def create_voice(request: Request) -> Response:
     if not report.ok:
         return json_error(422, "; ".join(report.problems), "reference_invalid",
                           param="reference", checks=msgspec.to_builtins(checks))
+    if request.query_params.get("dry_run") in ("1", "true"):
+        return _json(VoiceCheck(id=voice_id, object="voice.check", ok=True, checks=checks))
     try:
         event = await asyncio.to_thread(
             register_voice, gw.store, voice_id=voice_id, reference=data,

@@ -1,0 +1,221 @@
+"""Read-only /v1 routes the console needs beyond the API's own: stored bytes, same origin,
+and what the replica knows about the fleet. All behind the guard's Bearer key, like /v1.
+
+    GET /v1/voices/{id}/reference        voice.json's reference object, its own audio type
+    GET /v1/jobs/{id}/subtitles          the closed job's SRT (attachment)
+    GET /v1/jobs/{id}/clips/{index}      one line's clip of a closed job (the audio object
+                                         job.json names, when it is in the gateway's bucket)
+    GET /v1/jobs/{id}/clips.zip          every clip of a closed job, stored (not deflated),
+                                         named {line:04d}-{request_id}.{format}
+    GET /v1/jobs/{id}/timeline           job.json's timeline: each line's start and end (s)
+    GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet:
+        partitions, backlog/queued/inflight and slots per lane, hot voices, age), the lag
+        sampler's last sample per partition of tts.requests.interactive, this replica's
+        open streams and reply partitions, and its 4xx/5xx answers by route and status
+        (its own vf_gateway_requests_total): no Prometheus server needed.
+Why serve bytes here rather than hand out presigned links: the console's CSP allows media
+only from its own origin (or blob:), and the object store is another origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+import zipfile
+from typing import Any
+
+import msgspec
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from consumers.fleet.router import LANES
+from consumers.gateway.runtime import Gateway
+from consumers.gateway.serve import json_error
+from pipeline import keys
+from topics.events import JobCompleted, VoiceRegistration
+from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
+
+MAX_ZIP_BYTES = 512 * 2**20  # a zip is built in memory: larger jobs download clip by clip
+AUDIO_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
+               "ogg": "audio/ogg", "opus": "audio/ogg", "m4a": "audio/mp4", "aac": "audio/aac"}
+
+
+def _json(obj: Any) -> Response:
+    return Response(orjson.dumps(obj), media_type="application/json")
+
+
+def _id(request: Request, name: str, limit: int) -> str | Response:
+    try:
+        return check_id(name, request.path_params["id"], limit)
+    except ValueError as exc:
+        return json_error(400, str(exc), "invalid_request", param=name)
+
+
+async def reference(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    voice_id = _id(request, "voice_id", VOICE_ID_MAX)
+    if isinstance(voice_id, Response):
+        return voice_id
+    raw = await asyncio.to_thread(gw.store.get, keys.voice_json_key(voice_id))
+    if raw is None:
+        return json_error(404, f"voice {voice_id!r} is not registered", "voice_not_found")
+    event = msgspec.json.decode(raw, type=VoiceRegistration)
+    key = event.reference.removeprefix(f"s3://{gw.store.bucket}/")
+    if not key.startswith(keys.voice_prefix(voice_id)):  # another bucket, or not its own
+        return json_error(404, f"voice {voice_id!r}'s reference is not in this store",
+                          "reference_not_found")
+    data = await asyncio.to_thread(gw.store.get, key)
+    if data is None:
+        return json_error(404, f"voice {voice_id!r} has no reference object",
+                          "reference_not_found")
+    ext = key.rsplit(".", 1)[-1]
+    return Response(data, media_type=AUDIO_TYPES.get(ext, "application/octet-stream"))
+
+
+async def _closed_job(request: Request) -> JobCompleted | Response:
+    gw: Gateway = request.app.state.gateway
+    job_id = _id(request, "job_id", REQUEST_ID_MAX)
+    if isinstance(job_id, Response):
+        return job_id
+    raw = await asyncio.to_thread(gw.store.get, keys.job_json_key(job_id))
+    if raw is None:
+        return json_error(404, f"job {job_id!r} is not closed (or unknown)", "job_not_found")
+    return msgspec.json.decode(raw, type=JobCompleted)
+
+
+async def subtitles(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    event = await _closed_job(request)
+    if isinstance(event, Response):
+        return event
+    data = await asyncio.to_thread(gw.store.get, keys.job_subtitles_key(event.job_id))
+    if not event.subtitles or data is None:
+        return json_error(404, f"job {event.job_id!r} has no subtitles", "subtitles_not_found")
+    return Response(data, media_type="application/x-subrip", headers={
+        "Content-Disposition": f'attachment; filename="{event.job_id}.srt"'})
+
+
+async def clip(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    event = await _closed_job(request)
+    if isinstance(event, Response):
+        return event
+    index = request.path_params["index"]
+    found = next((c for c in event.clips if c.index == index), None)
+    if found is None or found.audio is None:
+        return json_error(404, f"job {event.job_id!r} has no clip for line {index}",
+                          "clip_not_found")
+    if found.audio.bucket != gw.store.bucket or not found.audio.key.startswith("audio/"):
+        return json_error(404, f"line {index}'s clip is not in this gateway's store",
+                          "clip_not_found")
+    data = await asyncio.to_thread(gw.store.get, found.audio.key)
+    if data is None:
+        return json_error(404, f"line {index}'s clip object is gone", "clip_not_found")
+    return Response(data, media_type=AUDIO_TYPES.get(found.audio.format,
+                                                     "application/octet-stream"))
+
+
+def _stored_clips(gw: Gateway, event: JobCompleted) -> list[tuple[str, str]]:
+    """(zip name, object key) of each clip in the gateway's bucket, in line order."""
+    return [(f"{c.index + 1:04d}-{c.request_id}.{c.audio.format}", c.audio.key)
+            for c in sorted(event.clips, key=lambda c: c.index)
+            if c.audio is not None and c.audio.bucket == gw.store.bucket
+            and c.audio.key.startswith("audio/")]
+
+
+async def clips_zip(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    event = await _closed_job(request)
+    if isinstance(event, Response):
+        return event
+    size = sum(c.audio.bytes for c in event.clips if c.audio is not None)
+    if size > MAX_ZIP_BYTES:
+        return json_error(413, f"job {event.job_id!r}'s clips are {size:,} bytes, over the "
+                               f"{MAX_ZIP_BYTES:,} a zip is made of; fetch them one by one",
+                          "zip_too_large")
+    wanted = _stored_clips(gw, event)
+
+    def build() -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+            for name, key in wanted:
+                data = gw.store.get(key)
+                if data is not None:
+                    archive.writestr(name, data)
+        return out.getvalue()
+
+    data = await asyncio.to_thread(build)
+    return Response(data, media_type="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="{event.job_id}-clips.zip"'})
+
+
+async def timeline(request: Request) -> Response:
+    event = await _closed_job(request)
+    if isinstance(event, Response):
+        return event
+    return _json({"id": event.job_id, "object": "job.timeline",
+                  "duration_s": event.duration_s,
+                  "timeline": [msgspec.to_builtins(span) for span in event.timeline]})
+
+
+def responses_by_status(gw: Gateway) -> list[dict[str, Any]]:
+    """This replica's 4xx and 5xx answers so far, by route and status, most first."""
+    out = []
+    for family in gw.metrics.registry.collect():
+        if family.name != "vf_gateway_requests":
+            continue
+        for sample in family.samples:
+            status = sample.labels.get("status", "")
+            if sample.name.endswith("_total") and status[:1] in ("4", "5"):
+                out.append({"route": sample.labels["route"], "status": int(status),
+                            "count": int(sample.value)})
+    return sorted(out, key=lambda e: (-e["count"], e["route"], e["status"]))
+
+
+def workers(gw: Gateway) -> list[dict[str, Any]]:
+    if gw.fleet is None:
+        return []
+    router = gw.fleet.router
+    now_ms = time.time() * 1000
+    out = []
+    for status in router.statuses():
+        lanes = {}
+        for name in LANES:
+            lane = status.lane(name)
+            lanes[name] = {"partitions": lane.partitions, "backlog": lane.backlog,
+                           "queued": lane.queued, "inflight": lane.inflight,
+                           "slots": lane.slots, "load": lane.load}
+        out.append({"id": status.worker, "alive": router.alive(status.worker),
+                    "draining": status.draining, "age_s": round((now_ms - status.at_ms) / 1000, 1),
+                    "hot_voices": len(status.hot), "lanes": lanes})
+    return out
+
+
+async def fleet(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    limits = gw.settings.gateway
+    return _json({
+        "object": "fleet",
+        "routing": "fleet" if gw.fleet is not None else "voice_id",
+        "view": {"available": gw.fleet is not None and gw.fleet.available,
+                 "records": gw.fleet.records if gw.fleet is not None else 0},
+        "workers": workers(gw),
+        "interactive_lag": {"total": gw.lag.lag, "threshold": limits.lag_threshold,
+                            "partitions": {str(p): n for p, n in
+                                           sorted(gw.lag.by_partition.items())}},
+        "gateway": {"instance": gw.settings.worker.instance_id,
+                    "open_streams": gw.limiter.open_streams(),
+                    "reply_partitions": sorted(gw.router.partitions)},
+        "errors": responses_by_status(gw)})
+
+
+def routes() -> list[Route]:
+    return [Route("/v1/voices/{id}/reference", reference, methods=["GET"]),
+            Route("/v1/jobs/{id}/subtitles", subtitles, methods=["GET"]),
+            Route("/v1/jobs/{id}/clips/{index:int}", clip, methods=["GET"]),
+            Route("/v1/jobs/{id}/clips.zip", clips_zip, methods=["GET"]),
+            Route("/v1/jobs/{id}/timeline", timeline, methods=["GET"]),
+            Route("/v1/fleet", fleet, methods=["GET"])]

@@ -1,0 +1,249 @@
+"""The console's routes without Kafka: its files and their CSP, the voice check's dry run,
+stored bytes same-origin (references, subtitles, clips) and the fleet summary.
+
+The store is a dict (the routes' logic is what is tested here; tests/integration/console
+runs them against the real S3 server and a real browser). The app's lifespan, which starts
+the Kafka clients, is not entered.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+from starlette.testclient import TestClient
+
+from consumers.fleet.router import FleetRouter
+from consumers.fleet.view import FleetView
+from consumers.gateway import console
+from consumers.gateway.app import build_app, route_label
+from consumers.gateway.keys import KeyRing, add_key
+from consumers.gateway.runtime import Gateway
+from consumers.settings import GatewaySettings, Settings
+from pipeline import keys
+from pipeline.storage import ObjectInfo, ObjectStore
+from pipeline.voices import register_voice
+from tests.unit.pipeline.conftest import espeak_wav
+from topics.events import AudioRef, ClipSpan, JobClip, JobCompleted, encode
+from topics.fleet import LaneLoad, WorkerStatus
+
+
+class DictStore:
+    bucket = "vf-test"
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def put(self, key: str, data: bytes, content_type: str,
+            metadata: dict[str, str] | None = None) -> None:
+        self.objects[key] = data
+
+    def get(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        data = self.objects.get(key)
+        return ObjectInfo(key, len(data), {}) if data is not None else None
+
+    def list_prefix(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+@pytest.fixture
+def store() -> DictStore:
+    return DictStore()
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, store: DictStore) -> Gateway:
+    path = tmp_path / "keys"
+    settings = Settings(gateway=GatewaySettings(keys_file=str(path)))
+    return Gateway(settings, store=cast(ObjectStore, store), keyring=KeyRing(path))
+
+
+@pytest.fixture
+def http(gateway: Gateway) -> Iterator[TestClient]:
+    yield TestClient(build_app(gateway), raise_server_exceptions=False)
+
+
+@pytest.fixture
+def auth(gateway: Gateway) -> dict[str, str]:
+    key = add_key(gateway.keys.path, "acme", rate=100, streams=2)
+    gateway.keys.refresh(force=True)
+    return {"Authorization": f"Bearer {key}"}
+
+
+# -- the files -------------------------------------------------------------------------------
+
+def test_the_console_is_served_without_a_key_under_a_strict_csp(http: TestClient) -> None:
+    assert http.get("/console", follow_redirects=False).status_code == 308
+    index = http.get("/console/")
+    assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
+    csp = index.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "script-src 'self';" in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert "media-src 'self' blob:" in csp and "frame-ancestors 'none'" in csp
+    script = http.get("/console/app.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert script.headers["content-security-policy"] == csp
+    assert script.headers["x-content-type-options"] == "nosniff"
+    for bad in ("/console/nope.js", "/console/console.py", "/console/..%2Fconsole.py",
+                "/console/%2E%2E%2Fapp.py"):
+        assert http.get(bad).status_code == 404, bad
+
+
+def test_the_shipped_page_has_no_inline_script_style_or_remote_asset() -> None:
+    files = console.shipped()
+    assert set(files) == {"index.html", "app.js", "app.css"}
+    html = files["index.html"].read_text(encoding="utf-8")
+    assert all("src=" in tag for tag in re.findall(r"<script[^>]*>", html))
+    assert not re.search(r"\son\w+=|style=|<style", html)
+    code = files["app.js"].read_text(encoding="utf-8")
+    text = html + code + files["app.css"].read_text(encoding="utf-8")
+    assert not re.search(r"https?://", text)  # every asset and call is same-origin
+    # The key: sessionStorage and the Authorization header only.
+    assert "localStorage." not in code and "console.log" not in code
+    assert "sessionStorage" in code and "`Bearer ${key()}`" in code
+    assert ".innerHTML" not in code and ".style." not in code
+
+
+def test_new_routes_have_their_own_metric_labels() -> None:
+    assert route_label("/v1/voices/v-1/reference") == "/v1/voices/{id}/reference"
+    assert route_label("/v1/jobs/j/subtitles") == "/v1/jobs/{id}/subtitles"
+    assert route_label("/v1/jobs/j/clips/3") == "/v1/jobs/{id}/clips/{index}"
+    assert route_label("/v1/fleet") == "/v1/fleet"
+    assert route_label("/console/app.js") == "/console"
+
+
+# -- the voice check's dry run ---------------------------------------------------------------
+
+def test_a_dry_run_answers_the_verdict_table_and_stores_nothing(
+        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+    good = espeak_wav()
+    answer = http.post("/v1/voices?dry_run=1", headers=auth, files={"reference": ("r.wav", good)},
+                       data={"voice_id": "narrator-1", "transcript": "The quick brown fox."})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["ok"] is True and body["id"] == "narrator-1" and body["object"] == "voice.check"
+    assert {c["rule"] for c in body["checks"]} >= {"size", "decodable", "speech duration"}
+    assert all(c["ok"] or c["advisory"] for c in body["checks"])
+    assert store.objects == {}  # nothing stored (and no producer exists to produce with)
+
+    short = espeak_wav("Hi.")  # well under the duration rule's minimum
+    refused = http.post("/v1/voices?dry_run=1", headers=auth,
+                        files={"reference": ("r.wav", short)})
+    assert refused.status_code == 422
+    failing = [c for c in refused.json()["checks"] if not c["ok"] and not c["advisory"]]
+    assert [c["rule"] for c in failing] == ["speech duration"] and failing[0]["problem"]
+    assert store.objects == {}
+
+
+# -- stored bytes ----------------------------------------------------------------------------
+
+def test_a_voice_reference_is_served_from_the_store(
+        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+    reference = espeak_wav()
+    register_voice(cast(ObjectStore, store), voice_id="narrator-1", reference=reference,
+                   prompt_text=None, language="en")
+    answer = http.get("/v1/voices/narrator-1/reference", headers=auth)
+    assert answer.status_code == 200 and answer.content == reference
+    assert answer.headers["content-type"] == "audio/wav"
+    assert http.get("/v1/voices/narrator-1/reference").status_code == 401
+    assert http.get("/v1/voices/ghost/reference", headers=auth).status_code == 404
+    assert http.get("/v1/voices/a..b/reference", headers=auth).status_code == 400
+
+
+def _closed_job(store: DictStore, bucket: str) -> None:
+    audio = AudioRef(bucket=bucket, key="audio/2026/12/04/ep1-0000.wav", url="s3://x",
+                     format="wav", sample_rate=24000, duration_s=1.0, bytes=4, sha256="0")
+    clips = [JobClip(index=0, request_id="ep1-0000", voice_id="v", text="One.",
+                     status="succeeded", duration_s=1.0, audio=audio),
+             JobClip(index=1, request_id="ep1-0001", voice_id="v", text="Two.", status="failed")]
+    timeline = [ClipSpan(index=0, start_s=0.0, end_s=1.0)]
+    event = JobCompleted(job_id="ep1", status="partial", total=2, clips=clips, timeline=timeline,
+                         completed_at="2026-12-04T00:00:00+00:00", subtitles="s3://srt")
+    store.put(keys.job_json_key("ep1"), encode(event), "application/json")
+    store.put(keys.job_subtitles_key("ep1"), b"1\n00:00:00,000 --> 00:00:01,000\nOne.\n", "")
+    store.put(audio.key, b"RIFF", "audio/wav")
+
+
+def test_a_closed_jobs_subtitles_and_clips_are_served(
+        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+    _closed_job(store, store.bucket)
+    srt = http.get("/v1/jobs/ep1/subtitles", headers=auth)
+    assert srt.status_code == 200 and srt.text.startswith("1\n00:00:00,000")
+    assert srt.headers["content-disposition"] == 'attachment; filename="ep1.srt"'
+    clip = http.get("/v1/jobs/ep1/clips/0", headers=auth)
+    assert clip.status_code == 200 and clip.content == b"RIFF"
+    assert clip.headers["content-type"] == "audio/wav"
+    assert http.get("/v1/jobs/ep1/clips/1", headers=auth).status_code == 404  # failed line
+    assert http.get("/v1/jobs/ep1/clips/7", headers=auth).status_code == 404
+    assert http.get("/v1/jobs/ep2/subtitles", headers=auth).json()["error"]["code"] == \
+        "job_not_found"
+
+
+def test_a_closed_jobs_clips_come_as_one_zip_and_its_timeline_as_json(
+        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+    _closed_job(store, store.bucket)
+    answer = http.get("/v1/jobs/ep1/clips.zip", headers=auth)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/zip"
+    assert answer.headers["content-disposition"] == 'attachment; filename="ep1-clips.zip"'
+    with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
+        assert archive.namelist() == ["0001-ep1-0000.wav"]  # the failed line has no clip
+        assert archive.read("0001-ep1-0000.wav") == b"RIFF"
+    line = http.get("/v1/jobs/ep1/timeline", headers=auth).json()
+    assert line["timeline"] == [{"index": 0, "start_s": 0.0, "end_s": 1.0}]
+    assert http.get("/v1/jobs/ep2/clips.zip", headers=auth).status_code == 404
+    assert route_label("/v1/jobs/ep1/clips.zip") == "/v1/jobs/{id}/clips.zip"
+
+
+def test_a_clip_in_another_bucket_is_not_served(
+        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+    _closed_job(store, "someone-elses")
+    answer = http.get("/v1/jobs/ep1/clips/0", headers=auth)
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "clip_not_found"
+    archive = http.get("/v1/jobs/ep1/clips.zip", headers=auth).content
+    assert zipfile.ZipFile(io.BytesIO(archive)).namelist() == []
+
+
+# -- the fleet summary -----------------------------------------------------------------------
+
+def test_the_fleet_summary_without_a_view(http: TestClient, auth: dict[str, str],
+                                          gateway: Gateway) -> None:
+    http.get("/v1/voices/a..b/reference", headers=auth)  # a 400 to count
+    gateway.lag.by_partition, gateway.lag.lag = {0: 2, 1: 0}, 2
+    summary = http.get("/v1/fleet", headers=auth).json()
+    assert summary["routing"] == "voice_id" and summary["workers"] == []
+    assert summary["interactive_lag"] == {"total": 2, "threshold": 200,
+                                          "partitions": {"0": 2, "1": 0}}
+    assert {"route": "/v1/voices/{id}/reference", "status": 400, "count": 1} in \
+        summary["errors"]
+    assert http.get("/v1/fleet").status_code == 401
+
+
+def test_the_fleet_summary_lists_each_workers_lanes(http: TestClient, auth: dict[str, str],
+                                                    gateway: Gateway) -> None:
+    router = FleetRouter(partitions=12)
+    gateway.fleet = FleetView(gateway.settings.kafka, "tts.fleet", router)  # never started
+    import time
+    now_ms = int(time.time() * 1000)
+    router.apply(WorkerStatus(worker="w-1", at_ms=now_ms, interval_ms=1000, hot=["a", "b"],
+                              lanes={"interactive": LaneLoad(partitions=[0, 1], queued=2,
+                                                             inflight=1, slots=2)}))
+    router.apply(WorkerStatus(worker="w-2", at_ms=now_ms, interval_ms=1000, draining=True))
+    summary = http.get("/v1/fleet", headers=auth).json()
+    assert summary["routing"] == "fleet"
+    one, two = summary["workers"]
+    assert one["id"] == "w-1" and one["alive"] and one["hot_voices"] == 2
+    assert one["lanes"]["interactive"] == {"partitions": [0, 1], "backlog": 0, "queued": 2,
+                                           "inflight": 1, "slots": 2, "load": 3}
+    assert one["lanes"]["batch"]["load"] == 0
+    assert two["id"] == "w-2" and two["draining"] and not two["alive"]
