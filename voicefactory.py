@@ -33,6 +33,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return _dev_cluster(args)
     from deploy.local import stack
 
     if args.action == "up":
@@ -43,6 +45,20 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return EXIT_OK if stack.status() else EXIT_FAIL
     else:
         print("\n".join(stack.env_lines()))
+    return EXIT_OK
+
+
+def _dev_cluster(args: argparse.Namespace) -> int:
+    from deploy.local import cluster
+
+    if args.action == "up":
+        cluster.up()
+    elif args.action == "down":
+        cluster.down()
+    elif args.action == "status":
+        return EXIT_OK if cluster.status() else EXIT_FAIL
+    else:
+        print("\n".join(cluster.env_lines(args.role)))
     return EXIT_OK
 
 
@@ -240,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("dev", help="local stack: Apache Kafka + S3 server on 127.0.0.1")
     dev.add_argument("action", choices=["up", "down", "status", "env"])
+    dev.add_argument("--cluster", action="store_true",
+                     help="the three-node SASL_SSL cluster on 127.0.0.1:19092-19094 (state in "
+                          "<state dir>/cluster/) instead of the one-node stack")
+    dev.add_argument("--role", default="admin",
+                     choices=["admin", "gateway", "worker", "aggregator"],
+                     help="env --cluster: whose credentials to print (default admin)")
     dev.set_defaults(func=cmd_dev)
 
     topics = common(sub.add_parser("topics", help="create, verify or grow the contract's "
