@@ -271,8 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "request lanes to --partitions (the fleet's ceiling of workers)")
     topics.add_argument("--partitions", type=int, default=None,
                         help="grow: the request lanes' new partition count")
-    topics.add_argument("--replication-factor", type=int, default=1)
-    topics.add_argument("--min-insync-replicas", type=int, default=None)
+    topics.add_argument("--replication-factor", type=int, default=None,
+                        help="default: 3 on three or more brokers, else the broker count")
+    topics.add_argument("--min-insync-replicas", type=int, default=None,
+                        help="default: 2 on three or more brokers, else 1")
     topics.set_defaults(func=cmd_topics)
 
     worker = common(sub.add_parser("worker", help="run a synthesis worker (group vf-synth)"))

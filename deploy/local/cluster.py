@@ -47,14 +47,15 @@ from deploy.local.stack import (
     port_open,
 )
 from deploy.local.tls import ensure_tls, node_principal, write_private
+from topics.specs import REPLICATION
 
 NODE_IDS = (1, 2, 3)
 CLIENT_PORT_BASE = 19091  # node N listens on 19091 + N
 CONTROLLER_PORT_BASE = 19191
 MECHANISM = "SCRAM-SHA-512"
 ROLE_NAMES = ("admin", "gateway", "worker", "aggregator")
-REPLICATION_FACTOR = 3
-MIN_INSYNC_REPLICAS = 2
+REPLICATION_FACTOR = REPLICATION.factor  # 3
+MIN_INSYNC_REPLICAS = REPLICATION.min_insync  # 2
 HEAP = ("-Xms128m", "-Xmx512m")  # three JVMs on a shared laptop
 
 
@@ -230,7 +231,7 @@ def role_settings(role: str) -> dict[str, str]:
     """The VF_KAFKA_* values a process of `role` needs on this cluster."""
     if role not in ROLE_NAMES:
         raise ValueError(f"role must be one of {', '.join(ROLE_NAMES)}, got {role!r}")
-    return {
+    settings = {
         "VF_KAFKA_BOOTSTRAP": bootstrap(),
         "VF_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "VF_KAFKA_SASL_MECHANISM": MECHANISM,
@@ -238,6 +239,9 @@ def role_settings(role: str) -> dict[str, str]:
         "VF_KAFKA_SASL_PASSWORD": passwords()[role],
         "VF_KAFKA_SSL_CAFILE": str(ca_file()),
     }
+    if role == "aggregator":  # faust's changelog topic, like the contract's topics
+        settings["VF_AGGREGATOR_REPLICATION_FACTOR"] = str(REPLICATION_FACTOR)
+    return settings
 
 
 def _configure(secret: dict[str, str], out: TextIO, deadline: float) -> None:
