@@ -411,13 +411,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _kafka_reason(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """A refused login, an untrusted certificate or a missing ACL, in one line naming the
+    principal and the topic or group (consumers/kafka_access.py); None for other errors."""
+    from aiokafka.errors import KafkaError
+
+    if not isinstance(exc, KafkaError):
+        return None
+    from consumers.kafka_access import explain_or_diagnose
+
+    try:
+        return explain_or_diagnose(exc, _settings(args).kafka)
+    except Exception:  # the original error is the one to report
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
     except (VoiceFactoryError, OSError, RuntimeError, ValueError, TimeoutError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_kafka_reason(exc, args) or exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
         return EXIT_FAIL

@@ -11,6 +11,7 @@ progress).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,6 +39,8 @@ def security_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"security_protocol": protocol}
     if protocol in ("SSL", "SASL_SSL"):
         # Host names are checked: a broker's certificate must name the address dialled.
+        if kafka.ssl_cafile and not os.path.isfile(kafka.ssl_cafile):
+            raise ValueError(f"VF_KAFKA_SSL_CAFILE {kafka.ssl_cafile}: no such file")
         kwargs["ssl_context"] = create_ssl_context(cafile=kafka.ssl_cafile or None)
     if protocol.startswith("SASL"):
         kwargs.update(sasl_mechanism=kafka.sasl_mechanism or "PLAIN",

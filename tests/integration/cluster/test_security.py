@@ -1,0 +1,129 @@
+"""The three-node cluster's security as a client meets it: SASL_SSL with a CA file, one
+principal per role, and refusals that are one clear line and an exit, never a retry loop."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from consumers.kafka import make_producer, security_kwargs
+from consumers.kafka_access import explain
+from deploy.local import cluster, tls
+from tests.integration.cluster.conftest import RoleSettings, assert_no_secret, node_logs
+from topics.admin import admin_client, describe_topics, drift
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+REPO = Path(__file__).resolve().parents[3]
+
+
+def cli(env: dict[str, str], *args: str, timeout_s: float = 90) -> tuple[int, str, float]:
+    """`voicefactory ARGS` with these VF_* values over this process's environment: exit
+    code, stdout + stderr, seconds taken."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "voicefactory", *args], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                          capture_output=True, text=True, timeout=timeout_s, check=False)
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
+
+
+async def test_topics_are_replicated_three_times_with_two_in_sync(role: RoleSettings) -> None:
+    admin_settings = role("admin").kafka
+    admin = admin_client(admin_settings.bootstrap, **security_kwargs(admin_settings))
+    await admin.start()
+    try:
+        states = await describe_topics(admin)
+    finally:
+        await admin.close()
+    assert {s.replication_factor for s in states} == {3}
+    assert {s.configs["min.insync.replicas"] for s in states} == {"2"}
+    assert drift(states, replication_factor=3, min_insync_replicas=2) == []
+    code, out, _ = cli(role.env("admin"), "topics", "describe")
+    assert code == 0, out
+    assert "replication: factor 3, min.insync.replicas 2 (3 brokers)" in out
+    assert_no_secret(out, where="topics describe's output")
+
+
+def test_keys_and_passwords_are_private_files(role: RoleSettings) -> None:
+    root = cluster.cluster_dir()
+    private = [cluster.credentials_file(), *sorted((root / "tls").iterdir()),
+               *(n.root / "server.properties" for n in cluster.NODES)]
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in private} == {"0o600"}
+    assert stat.S_IMODE((root / "tls").stat().st_mode) == 0o700
+    listening = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True,
+                               check=True).stdout
+    ports = [n.port for n in cluster.NODES] + [n.controller_port for n in cluster.NODES]
+    for port in ports:
+        local = [line.split()[3] for line in listening.splitlines()[1:]
+                 if line.split()[3].endswith(f":{port}")]
+        # loopback only, as IPv4 or the JVM's IPv4-mapped IPv6 form
+        assert local and set(local) <= {f"127.0.0.1:{port}", f"[::ffff:127.0.0.1]:{port}"}, (
+            port, local)
+
+
+def test_a_worker_with_the_gateways_credentials_is_refused_at_once(
+        role: RoleSettings) -> None:
+    env = {**role.env("gateway"), "VF_ENGINE": "bench", "VF_METRICS_PORT": "-1",
+           "VF_S3_BUCKET": role.bucket, "VF_INSTANCE_ID": "wrong-role"}
+    code, out, took = cli(env, "worker", "--log-format", "text")
+    assert code == 1, out
+    last = out.strip().splitlines()[-1]
+    assert last == ("error: Kafka denied User:gateway access to consumer group vf-synth: no "
+                    "ACL allows it (run this process with the role that owns the group)")
+    assert took < 60
+    assert_no_secret(out, where="the worker's log")
+
+
+def test_a_wrong_password_fails_fast_and_names_the_user_not_the_password(
+        role: RoleSettings) -> None:
+    wrong = "not-" + role.env("worker")["VF_KAFKA_SASL_PASSWORD"]
+    code, out, took = cli({**role.env("worker"), "VF_KAFKA_SASL_PASSWORD": wrong},
+                          "topics", "describe")
+    assert code == 1, out
+    assert out.strip().splitlines()[-1] == (
+        f"error: Kafka at {cluster.bootstrap()} refused the login of User:worker "
+        "(SCRAM-SHA-512): wrong username or password (VF_KAFKA_SASL_USERNAME / "
+        "VF_KAFKA_SASL_PASSWORD)")
+    assert took < 30
+    assert wrong not in out
+    assert_no_secret(out)
+
+
+def test_an_unknown_ca_fails_fast_and_says_so(role: RoleSettings, tmp_path: Path) -> None:
+    other_ca = tls.ensure_tls(tmp_path / "other", [])  # a CA that signed none of the nodes
+    code, out, took = cli({**role.env("worker"), "VF_KAFKA_SSL_CAFILE": str(other_ca)},
+                          "topics", "describe")
+    assert code == 1, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"error: TLS to Kafka at 127.0.0.1:{cluster.NODES[0].port} failed: "
+                           f"its certificate is not trusted by {other_ca} (")
+    assert last.endswith("); set VF_KAFKA_SSL_CAFILE to the cluster's CA")
+    assert took < 30
+    assert_no_secret(out)
+
+
+async def test_a_role_that_may_not_write_a_topic_is_told_which_and_who(
+        role: RoleSettings) -> None:
+    gateway = role("gateway").kafka
+    producer = make_producer(gateway, request_timeout_ms=10_000)
+    await producer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(TopicAuthorizationFailedError) as caught:
+            await producer.send_and_wait("tts.results", b"{}", key=b"k")
+    finally:
+        await producer.stop()
+    assert time.monotonic() - started < 10  # refused, not retried until a timeout
+    assert explain(caught.value, gateway) == (
+        "Kafka denied User:gateway access to topic tts.results: no ACL allows it (run this "
+        "process with the role that owns the topic, or grant the ACL)")
+
+
+def test_no_password_reaches_the_brokers_logs(role: RoleSettings) -> None:
+    assert_no_secret(node_logs(), where="a broker's log")
