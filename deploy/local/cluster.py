@@ -293,8 +293,25 @@ def _configure(secret: dict[str, str], out: TextIO, deadline: float) -> None:
 
 
 def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
-    for node in reversed(NODES):
-        stop_node(node, out=out, grace_s=grace_s)
+    """SIGTERM every node at once, then wait: one by one, the last node would wait out its
+    controlled shutdown for a controller quorum that the first two took with them."""
+    running = [(node, pid) for node in NODES if (pid := node.pid()) is not None]
+    for node in NODES:
+        if node.pid() is None:
+            print(f"{node.name}: not running", file=out)
+            node.pid_file.unlink(missing_ok=True)
+    for _, pid in running:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for node, pid in running:
+        while node.pid() == pid and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.1)
+        if node.pid() == pid:
+            os.kill(pid, signal.SIGKILL)
+            print(f"{node.name}: did not stop in {grace_s:.0f} s, killed", file=out)
+        node.pid_file.unlink(missing_ok=True)
+        print(f"{node.name}: stopped (pid {pid})", file=out)
 
 
 def stop_node(node: Node, *, out: TextIO | None = None, grace_s: float = 30.0,
