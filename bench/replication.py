@@ -3,10 +3,13 @@
 Produce latency at acks=all (the project's producers: idempotent, acks=all) to a topic of
 replication factor 3 with min.insync.replicas 2, against the same with replication factor 1,
 on the same three-node SASL_SSL cluster (`voicefactory dev up --cluster`), so TLS, SASL and
-the machine are the same and only the replication differs.
+the machine are the same and only the replication differs:
 
-Flow: the cluster's admin credentials -> two throw-away topics `vf-bench-rf3-<tag>` and
-`vf-bench-rf1-<tag>` (12 partitions each) -> per topic, `--count` records of `--size` bytes
+    eval "$(voicefactory dev env --cluster --role admin)" && python -m bench.replication
+
+Flow: VF_KAFKA_* (an identity that may create and delete topics: the admin) -> two
+throw-away topics `vf-bench-rf3-<tag>` and `vf-bench-rf1-<tag>` (12 partitions each) -> per
+topic, `--count` records of `--size` bytes
 sent at `--rate` a second, keyed round-robin over the partitions; each latency is from
 send() to its acknowledgement -> p50 / p99 / max per topic printed (and as JSON with
 `--json`) -> the topics are deleted.
@@ -26,7 +29,6 @@ from aiokafka.admin import NewTopic
 from bench.stats import percentile
 from consumers.kafka import make_producer, security_kwargs
 from consumers.settings import Settings
-from deploy.local import cluster
 from topics.admin import admin_client
 
 PARTITIONS = 12
@@ -60,7 +62,7 @@ async def _latencies(settings: Settings, topic: str, *, count: int, rate: float,
 
 
 async def run(*, count: int, rate: float, size: int) -> dict[str, dict[str, float]]:
-    settings = Settings.from_env(cluster.role_settings("admin"))
+    settings = Settings.from_env()
     tag = uuid.uuid4().hex[:6]
     topics = {"rf3": (f"vf-bench-rf3-{tag}", 3, "2"), "rf1": (f"vf-bench-rf1-{tag}", 1, "1")}
     admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
@@ -89,13 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=512, help="bytes a record")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    if not cluster.running():
-        print("the three-node cluster is not running: `voicefactory dev up --cluster`",
-              file=sys.stderr)
-        return 1
     figures = asyncio.run(run(count=args.count, rate=args.rate, size=args.size))
-    print(f"acks=all, {args.count} records of {args.size} B at {args.rate:g}/s, SASL_SSL, "
-          f"3 brokers on one machine")
+    print(f"acks=all, {args.count} records of {args.size} B at {args.rate:g}/s to "
+          f"{Settings.from_env().kafka.bootstrap}")
     print(f"{'topic':<6} {'min.isr':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for label, f in figures.items():
         print(f"{label:<6} {f['min_insync_replicas']:>7.0f} {f['p50_ms']:>8.2f} "

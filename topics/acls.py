@@ -2,7 +2,9 @@
 
     ROLES (this file) --grants(prefix)--> (resource, name, pattern, operation) tuples
         --> deploy/local/security.py (CreateAcls on the local three-node cluster)
-        --> deploy/k8s (Strimzi KafkaUser resources, checked against this table)
+        --> deploy/checks/strimzi.py (the prod overlay's Strimzi KafkaUser resources, with
+            KUBERNETES_ROLES: KEDA's lag reader and the topics Job, which the local cluster
+            leaves to its admin)
 
 Read means READ (which implies DESCRIBE) on the topic; write means WRITE. Producers are
 idempotent (consumers/kafka.py make_producer) but use no transactional id: since Kafka 3.0
@@ -41,6 +43,9 @@ class Role:
     # topics whose names start with one of these: create, read, write and configure them
     # (faust's changelog and repartition topics, named after its app id)
     owned_topic_prefixes: tuple[str, ...] = ()
+    describe: tuple[str, ...] = ()  # topics: metadata and end offsets only
+    # topics whose names start with one of these: create, grow, describe and configure
+    configure_topic_prefixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class Grant:
     resource: str  # "topic" | "group"
     name: str
     pattern: str  # "literal" | "prefixed"
-    operation: str  # Read, Write, Describe, Create, DescribeConfigs, AlterConfigs
+    operation: str  # Read, Write, Describe, Create, Alter, DescribeConfigs, AlterConfigs
 
 
 WORKER = Role(
@@ -80,7 +85,15 @@ ADMIN = Role("admin")  # super user: topics create|describe|grow, the CLI's clie
 ROLES: dict[str, Role] = {r.name: r for r in (WORKER, GATEWAY, AGGREGATOR, ADMIN)}
 SUPER_USER = ADMIN.name
 
+# In Kubernetes no process is a super user: KEDA reads vf-synth's lag, the topics Job
+# creates and checks the contract's topics (`topics create`), nothing more.
+KEDA = Role("keda", describe=(REQUESTS.name, REQUESTS_INTERACTIVE.name),
+            describe_groups=("vf-synth",))
+TOPICS_JOB = Role("topics", configure_topic_prefixes=("tts.",))
+KUBERNETES_ROLES: tuple[Role, ...] = (WORKER, GATEWAY, AGGREGATOR, KEDA, TOPICS_JOB)
+
 _OWNED_OPERATIONS = ("Create", "Read", "Write", "Describe", "DescribeConfigs", "AlterConfigs")
+_CONFIGURE_OPERATIONS = ("Create", "Alter", "Describe", "DescribeConfigs", "AlterConfigs")
 
 
 def grants(role: Role, prefix: str = "") -> list[Grant]:
@@ -93,6 +106,10 @@ def grants(role: Role, prefix: str = "") -> list[Grant]:
     out += [Grant("group", g, "literal", "Read") for g in role.groups]
     out += [Grant("group", prefix + g, "literal", "Read") for g in role.prefixed_groups]
     out += [Grant("group", g, "literal", "Describe") for g in role.describe_groups]
+    out += [Grant("topic", prefix + t, "literal", "Describe") for t in role.describe]
     for owned in role.owned_topic_prefixes:
         out += [Grant("topic", prefix + owned, "prefixed", op) for op in _OWNED_OPERATIONS]
+    for configured in role.configure_topic_prefixes:
+        out += [Grant("topic", prefix + configured, "prefixed", op)
+                for op in _CONFIGURE_OPERATIONS]
     return out

@@ -37,8 +37,8 @@ SCRAM_ITERATIONS = 8192  # Kafka's minimum is 4096
 
 _RESOURCE = {"topic": 2, "group": 3, "cluster": 4}
 _PATTERN = {"literal": 3, "prefixed": 4}
-_OPERATION = {"Read": 3, "Write": 4, "Create": 5, "Describe": 8, "DescribeConfigs": 10,
-              "AlterConfigs": 11}
+_OPERATION = {"Read": 3, "Write": 4, "Create": 5, "Alter": 7, "Describe": 8,
+              "DescribeConfigs": 10, "AlterConfigs": 11}
 _ALLOW = 3
 
 
