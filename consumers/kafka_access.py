@@ -5,7 +5,8 @@
         "Unable to bootstrap", the cause found by diagnose(): one connection dialled to the
         first broker shows a refused login, a certificate the CA file does not vouch for,
         a TLS/plaintext mismatch, or nothing listening
-        --> the CLI prints `error: <line>` and exits 1
+        --> the CLI prints `error: <line>` and exits 1; the gateway logs it as its one
+            error line before uvicorn exits (code 3)
 
 None of these heals by waiting, so none is retried: a wrong password, an untrusted CA and a
 missing ACL each end the process at start with its own message. The lines name the user
@@ -113,6 +114,15 @@ async def diagnose(kafka: KafkaSettings, timeout_s: float = 10.0) -> str:
         return f"cannot reach Kafka at {first}: {exc or type(exc).__name__}"
     conn.close()
     return f"Kafka at {first} accepts this login; the other bootstrap brokers did not answer"
+
+
+async def reason(exc: BaseException, kafka: KafkaSettings) -> str | None:
+    """`explain`, and for a bootstrap failure what `diagnose` finds (inside an event loop:
+    the gateway's start-up)."""
+    line = explain(exc, kafka)
+    if line is None and isinstance(exc, KafkaConnectionError) and "bootstrap" in str(exc):
+        line = await diagnose(kafka)
+    return line
 
 
 def explain_or_diagnose(exc: BaseException, kafka: KafkaSettings) -> str | None:

@@ -127,3 +127,18 @@ async def test_a_role_that_may_not_write_a_topic_is_told_which_and_who(
 
 def test_no_password_reaches_the_brokers_logs(role: RoleSettings) -> None:
     assert_no_secret(node_logs(), where="a broker's log")
+
+
+def test_a_gateway_with_a_wrong_password_logs_why_and_exits(role: RoleSettings,
+                                                            tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("")
+    env = {**role.env("gateway"), "VF_KAFKA_SASL_PASSWORD": "wrong", "VF_METRICS_PORT": "-1",
+           "VF_GATEWAY_HOST": "127.0.0.1", "VF_GATEWAY_PORT": "0",
+           "VF_GATEWAY_KEYS_FILE": str(keys)}
+    code, out, took = cli(env, "gateway")
+    assert code != 0, out
+    assert ("gateway cannot start: Kafka at " + cluster.bootstrap() + " refused the login of "
+            "User:gateway (SCRAM-SHA-512)") in out
+    assert took < 30
+    assert_no_secret(out)
