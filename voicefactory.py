@@ -87,6 +87,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         await worker.run()
 
     asyncio.run(run())
+    if worker.refused:  # Kafka denied a fetch mid-run: the worker drained and stopped
+        print(f"error: {worker.refused}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK
 
 

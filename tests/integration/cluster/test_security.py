@@ -3,11 +3,13 @@ principal per role, and refusals that are one clear line and an exit, never a re
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from consumers.kafka import make_producer, security_kwargs
 from consumers.kafka_access import explain
 from deploy.local import cluster, tls
+from deploy.local.security import create_acls, upsert_scram
 from tests.integration.cluster.conftest import RoleSettings, assert_no_secret, node_logs
+from topics.acls import Grant
 from topics.admin import admin_client, describe_topics, drift
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -142,3 +146,36 @@ def test_a_gateway_with_a_wrong_password_logs_why_and_exits(role: RoleSettings,
             "User:gateway (SCRAM-SHA-512)") in out
     assert took < 30
     assert_no_secret(out)
+
+
+async def test_a_worker_that_may_not_read_the_requests_stops_naming_the_topic(
+        role: RoleSettings) -> None:
+    """A principal with everything a worker needs to start but READ on tts.requests (its
+    group, metadata, a topic to write, the control topic): the first fetch is refused, the
+    worker drains, stops and exits 1 with the topic and principal; no fetch retry loop."""
+    password = "probe-" + uuid.uuid4().hex
+    admin_kafka = role("admin").kafka
+    admin = admin_client(admin_kafka.bootstrap, **security_kwargs(admin_kafka))
+    await admin.start()
+    try:
+        await upsert_scram(admin, {"probe-no-read": password})
+        await create_acls(admin, "User:probe-no-read", [
+            Grant("group", "vf-synth-probe", "literal", "Read"),
+            Grant("topic", "tts.requests", "literal", "Describe"),
+            Grant("topic", "tts.requests.interactive", "literal", "Read"),
+            Grant("topic", "tts.control", "literal", "Read"),
+            Grant("topic", "tts.fleet", "literal", "Read"),
+            Grant("topic", "tts.results", "literal", "Write")])
+    finally:
+        await admin.close()
+    env = {**role.env("worker"), "VF_KAFKA_SASL_USERNAME": "probe-no-read",
+           "VF_KAFKA_SASL_PASSWORD": password, "VF_GROUP_ID": "vf-synth-probe",
+           "VF_ENGINE": "bench", "VF_METRICS_PORT": "-1", "VF_S3_BUCKET": role.bucket,
+           "VF_INSTANCE_ID": "probe-no-read", "VF_ROUTING": "voice"}
+    code, out, took = await asyncio.to_thread(cli, env, "worker", "--log-format", "text")
+    assert code == 1, out
+    assert out.strip().splitlines()[-1] == (
+        "error: Kafka denied User:probe-no-read access to topic tts.requests: no ACL allows "
+        "it (run this process with the role that owns the topic, or grant the ACL)")
+    assert out.count("fetch failed") == 0 and took < 90
+    assert password not in out
