@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -179,3 +180,51 @@ async def test_a_worker_that_may_not_read_the_requests_stops_naming_the_topic(
         "it (run this process with the role that owns the topic, or grant the ACL)")
     assert out.count("fetch failed") == 0 and took < 90
     assert password not in out
+
+
+def test_kcat_produces_over_sasl_ssl_as_the_gateway_and_the_worker_role_reads_it(
+        role: RoleSettings, tmp_path: Path) -> None:
+    """A librdkafka client (kcat) with the same CA and SCRAM login: the contract's other
+    producers (DESIGN.md: partitioner murmur2_random) meet the same listener.
+
+    librdkafka before 2.6.1 cannot log in with SCRAM to Kafka 4.x at all (it repeated the
+    client nonce in its final message; Kafka 4 checks it strictly: confluentinc/librdkafka
+    #4895), whatever the credentials; the Debian kcat 1.7.1 here links 2.0.2."""
+    version = _librdkafka_version()
+    if version < (2, 6, 1):
+        pytest.skip(f"kcat links librdkafka {'.'.join(map(str, version))}: SCRAM against "
+                    "Kafka 4.x needs 2.6.1 or newer")
+    env = role.env("gateway")
+    config = tmp_path / "kcat.conf"
+    tls.write_private(config, "\n".join([  # 0600: kcat reads the password from here, not argv
+        "security.protocol=SASL_SSL", "sasl.mechanisms=SCRAM-SHA-512",
+        f"sasl.username={env['VF_KAFKA_SASL_USERNAME']}",
+        f"sasl.password={env['VF_KAFKA_SASL_PASSWORD']}",
+        f"ssl.ca.location={env['VF_KAFKA_SSL_CAFILE']}", "partitioner=murmur2_random", ""
+    ]).encode())
+    marker = f"kcat-{uuid.uuid4().hex[:8]}"
+    produced = subprocess.run(
+        ["kcat", "-F", str(config), "-b", env["VF_KAFKA_BOOTSTRAP"], "-P", "-t", "tts.control",
+         "-k", marker, "-X", "request.required.acks=all"],
+        input=f'{{"schema": "tts.control.v1", "action": "cancel", "request_id": "{marker}"}}',
+        capture_output=True, text=True, timeout=60, check=False)
+    assert produced.returncode == 0, produced.stderr
+    worker = role.env("worker")
+    config.write_text(config.read_text()
+                      .replace(f"sasl.username={env['VF_KAFKA_SASL_USERNAME']}",
+                               f"sasl.username={worker['VF_KAFKA_SASL_USERNAME']}")
+                      .replace(f"sasl.password={env['VF_KAFKA_SASL_PASSWORD']}",
+                               f"sasl.password={worker['VF_KAFKA_SASL_PASSWORD']}"))
+    consumed = subprocess.run(
+        ["kcat", "-F", str(config), "-b", worker["VF_KAFKA_BOOTSTRAP"], "-C", "-t",
+         "tts.control", "-o", "beginning", "-e", "-q", "-f", "%k\n"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert consumed.returncode == 0, consumed.stderr
+    assert marker in consumed.stdout.split()
+    assert_no_secret(produced.stderr, consumed.stderr, where="kcat's output")
+
+
+def _librdkafka_version() -> tuple[int, ...]:
+    out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"librdkafka (\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(p) for p in match.groups()) if match else (0, 0, 0)
