@@ -7,7 +7,7 @@ export PATH := $(CURDIR)/$(BIN):/usr/local/go/bin:$(PATH)
 DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg nginx chromium
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup demo test unit integration lint check-deploy bench down clean
+.PHONY: help setup demo test unit integration test-cluster lint check-deploy bench down clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -35,14 +35,18 @@ $(STAMP): pyproject.toml constraints.txt
 demo: setup  ## start the local stack, register a voice, synthesize zh/yue/en lines, print where the audio is
 	$(BIN)/voicefactory demo
 
-test: setup lint check-deploy  ## lint, type-check, deploy checks, unit, CosyVoice real-code and integration tests (starts and stops the real stack)
+test: setup lint check-deploy  ## lint, type-check, deploy checks, unit, CosyVoice real-code and integration tests (starts and stops the real stack), then the cluster suite
 	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory test-cluster
 
 unit: setup  ## unit tests only (no servers)
 	$(BIN)/pytest -q tests/unit
 
 integration: setup  ## integration tests only (real Kafka + S3)
 	$(BIN)/pytest -q -m integration tests/integration
+
+test-cluster: setup  ## the three-node SASL_SSL cluster suite: security refusals, leader kill -9 under load (starts and stops `dev up --cluster` unless it runs)
+	$(BIN)/pytest -q -m cluster tests/integration/cluster
 
 bench: setup  ## quick benchmarks on the local stack (about 10 min): .vf/bench/quick.json + report.md
 	$(BIN)/voicefactory dev up

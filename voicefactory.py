@@ -35,6 +35,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return _dev_cluster(args)
     from deploy.local import stack
 
     if args.action == "up":
@@ -45,6 +47,20 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return EXIT_OK if stack.status() else EXIT_FAIL
     else:
         print("\n".join(stack.env_lines()))
+    return EXIT_OK
+
+
+def _dev_cluster(args: argparse.Namespace) -> int:
+    from deploy.local import cluster
+
+    if args.action == "up":
+        cluster.up()
+    elif args.action == "down":
+        cluster.down()
+    elif args.action == "status":
+        return EXIT_OK if cluster.status() else EXIT_FAIL
+    else:
+        print("\n".join(cluster.env_lines(args.role)))
     return EXIT_OK
 
 
@@ -73,6 +89,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         await worker.run()
 
     asyncio.run(run())
+    if worker.refused:  # Kafka denied a fetch mid-run: the worker drained and stopped
+        print(f"error: {worker.refused}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK
 
 
@@ -286,6 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("dev", help="local stack: Apache Kafka + S3 server on 127.0.0.1")
     dev.add_argument("action", choices=["up", "down", "status", "env"])
+    dev.add_argument("--cluster", action="store_true",
+                     help="the three-node SASL_SSL cluster on 127.0.0.1:19092-19094 (state in "
+                          "<state dir>/cluster/) instead of the one-node stack")
+    dev.add_argument("--role", default="admin",
+                     choices=["admin", "gateway", "worker", "aggregator"],
+                     help="env --cluster: whose credentials to print (default admin)")
     dev.set_defaults(func=cmd_dev)
 
     topics = common(sub.add_parser("topics", help="create, verify or grow the contract's "
@@ -295,8 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "request lanes to --partitions (the fleet's ceiling of workers)")
     topics.add_argument("--partitions", type=int, default=None,
                         help="grow: the request lanes' new partition count")
-    topics.add_argument("--replication-factor", type=int, default=1)
-    topics.add_argument("--min-insync-replicas", type=int, default=None)
+    topics.add_argument("--replication-factor", type=int, default=None,
+                        help="default: 3 on three or more brokers, else the broker count")
+    topics.add_argument("--min-insync-replicas", type=int, default=None,
+                        help="default: 2 on three or more brokers, else 1")
     topics.set_defaults(func=cmd_topics)
 
     worker = common(sub.add_parser("worker", help="run a synthesis worker (group vf-synth)"))
@@ -461,13 +488,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _kafka_reason(exc: BaseException, args: argparse.Namespace) -> str | None:
+    """A refused login, an untrusted certificate or a missing ACL, in one line naming the
+    principal and the topic or group (consumers/kafka_access.py); None for other errors."""
+    from aiokafka.errors import KafkaError
+
+    if not isinstance(exc, KafkaError):
+        return None
+    from consumers.kafka_access import explain_or_diagnose
+
+    try:
+        return explain_or_diagnose(exc, _settings(args).kafka)
+    except Exception:  # the original error is the one to report
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
     except (VoiceFactoryError, OSError, RuntimeError, ValueError, TimeoutError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_kafka_reason(exc, args) or exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
         return EXIT_FAIL

@@ -11,6 +11,7 @@ progress).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,14 +30,18 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 def security_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
     """aiokafka's security_protocol, ssl_context and sasl_* arguments for these settings.
 
-    A SASL protocol without VF_KAFKA_SASL_MECHANISM means PLAIN (aiokafka's default too)."""
+    A SASL protocol without VF_KAFKA_SASL_MECHANISM means PLAIN (aiokafka's default too).
+    VF_KAFKA_SSL_CAFILE, when set, is the only trust anchor; a missing file fails here."""
     protocol = kafka.security_protocol.upper()
     if protocol not in PROTOCOLS:
         raise ValueError(f"VF_KAFKA_SECURITY_PROTOCOL {kafka.security_protocol!r} is not one "
                          f"of {', '.join(PROTOCOLS)}")
     kwargs: dict[str, Any] = {"security_protocol": protocol}
     if protocol in ("SSL", "SASL_SSL"):
-        kwargs["ssl_context"] = create_ssl_context()
+        # Host names are checked: a broker's certificate must name the address dialled.
+        if kafka.ssl_cafile and not os.path.isfile(kafka.ssl_cafile):
+            raise ValueError(f"VF_KAFKA_SSL_CAFILE {kafka.ssl_cafile}: no such file")
+        kwargs["ssl_context"] = create_ssl_context(cafile=kafka.ssl_cafile or None)
     if protocol.startswith("SASL"):
         kwargs.update(sasl_mechanism=kafka.sasl_mechanism or "PLAIN",
                       sasl_plain_username=kafka.sasl_username,

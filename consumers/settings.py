@@ -128,6 +128,9 @@ class KafkaSettings(_Checked):
     sasl_mechanism: str = var("VF_KAFKA_SASL_MECHANISM", "")
     sasl_username: str = var("VF_KAFKA_SASL_USERNAME", "")
     sasl_password: Secret = var("VF_KAFKA_SASL_PASSWORD", factory=lambda: Secret(""))  # noqa: RUF009
+    # PEM CA bundle the brokers' certificates are checked against (SSL, SASL_SSL); "": the
+    # system's trust store
+    ssl_cafile: str = var("VF_KAFKA_SSL_CAFILE", "")
     topic_prefix: str = var("VF_TOPIC_PREFIX", "")
 
 

@@ -2,7 +2,9 @@
 
 create: every `TopicSpec` with the prefix, partitions, cleanup policy and retention;
 existing topics are left alone (and then checked). describe: reads partitions and configs
-back from the cluster and returns one `Drift` per difference from the spec.
+back from the cluster and returns one `Drift` per difference from the spec, replication
+factor and `min.insync.replicas` included (`replication()` derives both from the broker
+count unless the caller names them).
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from topics.specs import ALL_TOPICS, REQUESTS, REQUESTS_INTERACTIVE, TopicSpec
+from topics.specs import (
+    ALL_TOPICS,
+    REQUESTS,
+    REQUESTS_INTERACTIVE,
+    Replication,
+    TopicSpec,
+    replication_for,
+)
 
 log = logging.getLogger(__name__)
 _TOPIC_ALREADY_EXISTS = 36
@@ -45,6 +54,15 @@ class Drift:
 def admin_client(bootstrap: str, **security: Any) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="voicefactory-admin",
                                request_timeout_ms=15000, **security)
+
+
+async def replication(admin: AIOKafkaAdminClient, *, factor: int | None = None,
+                      min_insync: int | None = None) -> tuple[Replication, int]:
+    """The replication the topics should have on this cluster (from its broker count, each
+    part overridable), and the broker count."""
+    brokers = len((await admin.describe_cluster())["brokers"])
+    derived = replication_for(brokers)
+    return Replication(factor or derived.factor, min_insync or derived.min_insync), brokers
 
 
 async def create_topics(admin: AIOKafkaAdminClient, *, prefix: str = "",

@@ -2,6 +2,9 @@
 
 `TopicSpec` is the source for `topics create` and `topics describe`; a prefix
 (`VF_TOPIC_PREFIX`) is applied by `topic_names()` so tenants can share a cluster.
+Replication is the cluster's, not a topic's: `replication_for(brokers)` gives every topic
+replication factor 3 and `min.insync.replicas` 2 on three or more brokers (an acks=all write
+survives one broker down), and what fits on fewer (1 and 1 on the one-node dev stack).
 """
 
 from __future__ import annotations
@@ -26,6 +29,24 @@ class TopicSpec:
         if min_insync_replicas is not None:
             out["min.insync.replicas"] = str(min_insync_replicas)
         return out
+
+
+@dataclass(frozen=True)
+class Replication:
+    factor: int
+    min_insync: int
+
+
+REPLICATION = Replication(3, 2)  # the production target (Strimzi's example cluster too)
+
+
+def replication_for(brokers: int) -> Replication:
+    """REPLICATION where `brokers` can hold it; else every broker a replica, and one fewer in
+    sync than replicas (at least 1), so that one broker down still takes writes."""
+    if brokers < 1:
+        raise ValueError(f"a cluster has at least one broker, got {brokers}")
+    factor = min(REPLICATION.factor, brokers)
+    return Replication(factor, max(1, min(REPLICATION.min_insync, factor - 1)))
 
 
 ROUTING_KEY = "routing key (voice_id or voice_id#shard)"  # topics/fleet.py

@@ -19,8 +19,9 @@ import time
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
-from consumers import startup
+from consumers import kafka_access, startup
 from consumers.fleet.sending import RoutedSender, fleet_router
 from consumers.fleet.view import FleetView
 from consumers.gateway.failover import Failover
@@ -75,7 +76,20 @@ class Gateway:
         """Start the parts in order, each one's stop put on one exit stack as it starts
         (consumers/startup.py): producer, reply router, admin client, lag sampler, fleet
         view, failover loop. A step that fails stops what had started, last first, and the
-        error goes on to the app's lifespan (uvicorn then exits); stop() unwinds the stack."""
+        error goes on to the app's lifespan (uvicorn then exits); stop() unwinds the stack.
+        A refusal by Kafka (login, certificate, ACL) is logged first as one line saying
+        which (consumers/kafka_access.py)."""
+        try:
+            await self._start_parts()
+        except KafkaError as exc:
+            line = await kafka_access.reason(exc, self.settings.kafka)
+            if line is not None:
+                log.error("gateway cannot start: %s", line)
+            raise
+        log.info("gateway started: %d key(s), reply group %s", len(self.keys),
+                 self.settings.gateway.group_id)
+
+    async def _start_parts(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
             self.producer = make_producer(self.settings.kafka, linger_ms=0)
             await startup.start_part(stack, "producer", self.producer.start,
@@ -90,8 +104,6 @@ class Gateway:
             self.lag.start()
             await self._start_routing(stack, self.producer)
             self._parts = stack.pop_all()  # the whole start-up worked: stop() unwinds it
-        log.info("gateway started: %d key(s), reply group %s", len(self.keys),
-                 self.settings.gateway.group_id)
 
     async def _start_routing(self, stack: contextlib.AsyncExitStack,
                              producer: AIOKafkaProducer) -> None:

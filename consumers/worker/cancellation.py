@@ -34,6 +34,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers.kafka import read_since
+from consumers.kafka_access import is_access_error
 from consumers.worker.batching import VoiceBatcher
 from consumers.worker.inflight import InFlightRequest
 from pipeline.answers import Answers
@@ -163,6 +164,8 @@ class ControlReader:
         try:
             batches = await self._consumer.getmany(timeout_ms=timeout_ms)
         except KafkaError as exc:
+            if is_access_error(exc):  # denied, not unavailable: waiting cannot help
+                raise
             log.warning("reading %s failed: %s", self._topic, exc)
             await asyncio.sleep(1.0)
             return

@@ -55,7 +55,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from consumers import startup
+from consumers import kafka_access, startup
 from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
@@ -135,6 +135,8 @@ class SynthesisWorker(WorkerLifecycle):
         self._consumer: Any = None
         self._running_batches = 0
         self._last_fetch_ok = 0.0
+        # Why Kafka refused this worker mid-run (an ACL), when it did: the CLI exits 1 with it
+        self.refused: str | None = None
         self.health: HealthServer | None = None
 
     @property
@@ -302,6 +304,11 @@ class SynthesisWorker(WorkerLifecycle):
                 batches = await consumer.getmany(
                     timeout_ms=200, max_records=max(1, capacity - min(inter, batch)))
             except KafkaError as exc:
+                if kafka_access.is_access_error(exc):  # denied: waiting cannot help
+                    self.refused = kafka_access.explain(exc, self._settings.kafka) or str(exc)
+                    log.error("fetch refused, stopping: %s", self.refused)
+                    self._stopping.set()
+                    return
                 log.warning("fetch failed: %s", exc)
                 await asyncio.sleep(0.5)
                 continue

@@ -1,6 +1,7 @@
 """`python -m deploy.checks [CHECK ...]` runs the checks; `sync-rules` regenerates the
-PrometheusRule from deploy/prometheus/alerts.yml. Exit 0 when every check passes, 1 if any
-fails, 2 on a usage error.
+PrometheusRule from deploy/prometheus/alerts.yml, `sync-strimzi` the prod overlay's
+KafkaTopics and KafkaUsers from topics/specs.py and topics/acls.py. Exit 0 when every check
+passes, 1 if any fails, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -10,20 +11,25 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.checks import rules, runner
+from deploy.checks import rules, runner, strimzi
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.checks",
                                      description="Validate deploy/ statically.")
     parser.add_argument("checks", nargs="*", metavar="CHECK",
-                        help=f"sync-rules, or some of: {', '.join(runner.CHECKS)} (default all)")
+                        help=f"sync-rules, sync-strimzi, or some of: "
+                             f"{', '.join(runner.CHECKS)} (default all)")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="checkout to check")
     args = parser.parse_args(argv)
     layout = runner.Layout(root=args.root.resolve())
     if args.checks == ["sync-rules"]:
         changed = rules.sync(layout.rules_file, layout.prometheus_rule)
         print(f"{layout.prometheus_rule}: {'rewritten' if changed else 'up to date'}")
+        return 0
+    if args.checks == ["sync-strimzi"]:
+        changed = strimzi.sync(layout.strimzi)
+        print(f"{layout.strimzi}: {'rewritten' if changed else 'up to date'}")
         return 0
     unknown = sorted(set(args.checks) - runner.CHECKS.keys())
     if unknown:

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from minio import Minio
 
-from topics.admin import admin_client, create_topics, describe_topics, drift
+from topics.admin import admin_client, create_topics, describe_topics, drift, replication
 
 
 def ensure_topics(bootstrap: str, out: TextIO, deadline: float) -> None:
@@ -19,8 +19,11 @@ def ensure_topics(bootstrap: str, out: TextIO, deadline: float) -> None:
         admin = admin_client(bootstrap)
         await admin.start()
         try:
-            created.extend(await create_topics(admin))
-            problems = drift(await describe_topics(admin))
+            wanted, _ = await replication(admin)  # one node: factor 1, min.insync.replicas 1
+            created.extend(await create_topics(admin, replication_factor=wanted.factor,
+                                               min_insync_replicas=wanted.min_insync))
+            problems = drift(await describe_topics(admin), replication_factor=wanted.factor,
+                             min_insync_replicas=wanted.min_insync)
             if problems:
                 raise RuntimeError("; ".join(str(p) for p in problems))
             # Asking for a group coordinator makes the broker create __consumer_offsets now,

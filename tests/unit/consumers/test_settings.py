@@ -71,7 +71,8 @@ def test_every_variable_name_is_declared_once_and_kept() -> None:
     env = Settings().to_env()
     assert len(env) == sum(len(fields(getattr(Settings(), g.name))) for g in fields(Settings))
     assert {"VF_KAFKA_BOOTSTRAP", "VF_KAFKA_SECURITY_PROTOCOL", "VF_KAFKA_SASL_MECHANISM",
-            "VF_KAFKA_SASL_USERNAME", "VF_KAFKA_SASL_PASSWORD", "VF_TOPIC_PREFIX",
+            "VF_KAFKA_SASL_USERNAME", "VF_KAFKA_SASL_PASSWORD", "VF_KAFKA_SSL_CAFILE",
+            "VF_TOPIC_PREFIX",
             "VF_S3_ENDPOINT", "VF_S3_ACCESS_KEY", "VF_S3_SECRET_KEY", "VF_S3_BUCKET",
             "VF_S3_REGION", "VF_PRESIGN_SECONDS", "VF_ENGINE", "VF_DEVICE", "VF_PRECISION",
             "VF_EMPTY_CACHE", "VF_COSYVOICE_MODEL_DIR", "VF_COSYVOICE_SOURCE",

@@ -9,7 +9,18 @@ import pytest
 import yaml
 
 from topics.admin import Drift, TopicState, drift
-from topics.specs import ALL_TOPICS, DAY_MS, DLQ, REQUESTS, VOICES, TopicSpec, topic_names
+from topics.specs import (
+    ALL_TOPICS,
+    DAY_MS,
+    DLQ,
+    REPLICATION,
+    REQUESTS,
+    VOICES,
+    Replication,
+    TopicSpec,
+    replication_for,
+    topic_names,
+)
 
 # DESIGN.md, "Topics": name -> (partitions, cleanup.policy, retention in days or None).
 DESIGN_TOPICS = {
@@ -160,3 +171,28 @@ def test_custom_specs() -> None:
     spec = TopicSpec("x", 2, "delete", None, "k")
     assert drift([TopicState("x", True, 2, 1, {"cleanup.policy": "delete"})],
                  specs=(spec,)) == []
+
+
+def test_replication_follows_the_broker_count() -> None:
+    """rf 3 / min ISR 2 on a production-sized cluster; what fits on fewer brokers, always
+    leaving one broker's worth of slack where there is more than one."""
+    assert replication_for(1) == Replication(1, 1)
+    assert replication_for(2) == Replication(2, 1)
+    assert replication_for(3) == Replication(3, 2) == REPLICATION
+    assert replication_for(5) == Replication(3, 2)
+    with pytest.raises(ValueError, match="at least one broker"):
+        replication_for(0)
+
+
+def test_a_three_broker_cluster_reports_both_replication_drifts() -> None:
+    wanted = replication_for(3)
+    states = [replace(s, configs={**s.configs, "min.insync.replicas": "2"})
+              for s in healthy(replication_factor=3)]
+    assert drift(states, replication_factor=wanted.factor,
+                 min_insync_replicas=wanted.min_insync) == []
+    states = with_state(states, "tts.requests", replication_factor=1,
+                        configs={**REQUESTS.configs(), "min.insync.replicas": "1"})
+    assert drift(states, replication_factor=wanted.factor,
+                 min_insync_replicas=wanted.min_insync) == [
+        Drift("tts.requests", "replication factor", "3", "1"),
+        Drift("tts.requests", "min.insync.replicas", "2", "1")]
