@@ -147,6 +147,9 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     `subtitles_vtt` / `subtitles_vtt_url`, `gap_ms`, the silence the timeline puts
     between neighbouring clips, and `version`: a job keeps its ID across revisions and
     has one event per version (absent: 1).
+    An event too big for one record (about 1,000 lines with their presigned links) leaves
+    `clips` and `timeline` empty, lists them in `omitted`, and names the stored job.json,
+    which holds the same event whole: `job_json` (s3://) and `job_json_url` (presigned).
     """
 
     job_id: str
@@ -164,6 +167,9 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     subtitles_vtt_url: str | None = None
     gap_ms: int | None = None
     version: int | None = None
+    job_json: str | None = None
+    job_json_url: str | None = None
+    omitted: list[Literal["clips", "timeline"]] = msgspec.field(default_factory=list)
 
 
 class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):

@@ -8,7 +8,10 @@ Flow of `JobEmitter.emit(state)`:
     3. put jobs/{id}/subtitles.srt and its WebVTT twin subtitles.vtt (both presigned into
        the event, as clips are); with concat, assemble and put jobs/{id}/track.{fmt}
     4. note the end offset of the job's tts.jobs partition, put job.json with that note
-    5. produce the event to that partition and wait for acks=all
+    5. produce the event to that partition and wait for acks=all; an event over
+       EVENT_INLINE_MAX (a long script: about 900 bytes a line) goes out without its clips
+       and timeline, naming job.json (the whole event) instead: a record the broker refuses
+       for its size would otherwise be retried every tick, and the job never close
 
 Version N >= 2 of a job (a revision) writes the same objects under jobs/{id}/v{N}/ and
 its event says `version`; clips carried over from an earlier version get a fresh presigned
@@ -37,7 +40,7 @@ from consumers.aggregator.state import (
     clip_texts,
     decode_manifest,
 )
-from consumers.kafka import make_consumer
+from consumers.kafka import PRODUCER_MAX_REQUEST_BYTES, make_consumer
 from consumers.settings import Settings
 from pipeline.assembly import assemble
 from pipeline.audio import decode
@@ -57,6 +60,10 @@ from topics.partitioning import partition_for
 from topics.specs import JOBS
 
 log = logging.getLogger(__name__)
+
+# What a job event may weigh on tts.jobs: the producer's request limit less room for the
+# batch, its headers and a topic whose max.message.bytes is the broker's 1 MiB default.
+EVENT_INLINE_MAX = PRODUCER_MAX_REQUEST_BYTES - 128 * 1024
 
 OUTBOX_PARTITION = "vf-jobs-partition"
 OUTBOX_OFFSET = "vf-jobs-offset"
@@ -89,7 +96,8 @@ class JobEmitter:
         await self._producer.stop()
 
     async def emit(self, state: JobState) -> tuple[JobCompleted, bool]:
-        """The job's event and whether this call produced it (False: it already was)."""
+        """The job's event (whole, as job.json has it) and whether this call produced it
+        (False: it already was; then the event as read back from tts.jobs)."""
         job_id = state.job_id
         partition = partition_for(job_id, self._partitions)
         earlier = await self._already_emitted(job_id, state.version, partition)
@@ -104,6 +112,8 @@ class JobEmitter:
         await asyncio.to_thread(self._store.put, job_json_key(job_id, state.version), value,
                                 "application/json",
                                 {OUTBOX_PARTITION: str(partition), OUTBOX_OFFSET: str(offset)})
+        if len(value) > EVENT_INLINE_MAX:
+            value = encode_event(await asyncio.to_thread(self._by_reference, event, len(value)))
         await self._producer.send_and_wait(self._topic, value, key=job_id.encode(),
                                            partition=partition)
         log.info("job %s v%d %s: %d/%d clips, %d cancelled, %d carried, %.2f s", job_id,
@@ -140,6 +150,17 @@ class JobEmitter:
             subtitles_url=self._store.presign(srt_key, ttl),
             subtitles_vtt=f"s3://{bucket}/{vtt_key}",
             subtitles_vtt_url=self._store.presign(vtt_key, ttl), track=track)
+
+    def _by_reference(self, event: JobCompleted, size: int) -> JobCompleted:
+        """The event without its clips and timeline, pointing at the stored job.json that has
+        them (written in step 4, before this record)."""
+        key = job_json_key(event.job_id, event.version or 1)
+        log.warning("job %s: its event is %d bytes, over the %d a record carries; clips and "
+                    "timeline are in %s", event.job_id, size, EVENT_INLINE_MAX, key)
+        return msgspec.structs.replace(
+            event, clips=[], timeline=[], omitted=["clips", "timeline"],
+            job_json=f"s3://{self._store.bucket}/{key}",
+            job_json_url=self._store.presign(key, self._settings.store.presign_seconds))
 
     def _fresh_url(self, clip: JobClip, version: int) -> JobClip:
         """A clip carried over from an earlier version, its URL presigned again (the old

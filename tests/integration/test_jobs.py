@@ -381,25 +381,58 @@ async def test_the_outbox_note_stops_a_second_produce_after_a_crash(
     assert len(await _job_events(settings, "crash-2")) == 1
 
 
+async def test_a_job_too_long_for_one_record_goes_out_by_reference_to_its_job_json(
+        settings: Settings) -> None:
+    """2,000 lines with their links weigh about 1.4 MB, over the 1 MiB a record may: the
+    event goes out without clips and timeline, naming job.json, which holds them all (the
+    record the broker refused used to be retried every tick, and the job never closed)."""
+    import urllib.request
+
+    state = _complete_state("long-episode", 2000, url="http://127.0.0.1:9000/" + "s" * 500)
+    names = topic_names(settings.kafka.topic_prefix)
+    store = make_store(settings.store)
+    emitter = JobEmitter(settings=settings, store=store, producer=make_producer(settings.kafka),
+                         jobs_topic=names.jobs)
+    await emitter.start()
+    try:
+        whole, produced = await asyncio.wait_for(emitter.emit(state), 60)
+    finally:
+        await emitter.stop()
+    assert produced and len(whole.clips) == 2000 and whole.status == "succeeded"
+    [event] = await _job_events(settings, "long-episode")
+    assert event.omitted == ["clips", "timeline"] and event.clips == [] == event.timeline
+    assert event.total == 2000 and event.status == "succeeded" and event.subtitles_url
+    assert event.job_json == f"s3://{store.bucket}/{job_json_key('long-episode')}"
+    assert event.job_json_url is not None
+
+    def fetch(url: str) -> bytes:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return bytes(reply.read())
+
+    stored = decode_job(await asyncio.to_thread(fetch, event.job_json_url))
+    assert [c.index for c in stored.clips] == list(range(2000)) and stored.omitted == []
+    assert len(stored.timeline) == 2000 and stored.duration_s == event.duration_s
+
+
 # --- fixtures' helpers --------------------------------------------------------------------
 
 
 def _fake_result(job_id: str, index: int, total: int, text: str | None = None,
-                 ) -> SynthesisResult:
+                 url: str = "http://x") -> SynthesisResult:
     rid = f"{job_id}-{index:04d}"
     return SynthesisResult(
         request_id=rid, voice_id="v", status="succeeded", completed_at="2031-01-01T00:00:00Z",
-        audio=AudioRef(bucket="b", key=f"audio/2031/01/01/{rid}.wav", url="http://x",
+        audio=AudioRef(bucket="b", key=f"audio/2031/01/01/{rid}.wav", url=url,
                        format="wav", sample_rate=22050, duration_s=1.0 + index / 4,
                        bytes=1, sha256="0" * 64),
         job=JobRef(id=job_id, index=index, total=total),
         metadata={"text": text} if text else None)
 
 
-def _complete_state(job_id: str, total: int) -> JobState:
+def _complete_state(job_id: str, total: int, url: str = "http://x") -> JobState:
     state: JobState | None = None
     for i in range(total):
-        state = merge(state, _fake_result(job_id, i, total, text=f"t{i}"), time.time())
+        state = merge(state, _fake_result(job_id, i, total, text=f"t{i}", url=url), time.time())
     assert state is not None and state.complete
     return state
 
