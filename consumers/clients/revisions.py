@@ -3,6 +3,7 @@ lets the aggregator close that version from the rest.
 
     job run SCRIPT / POST /v1/jobs ------------> `prepare_run(store, script)`
     job rerun JOB --failed | --lines 3,7 ------> `prepare_rerun(store, job_id, ...)`
+    POST /v1/jobs/{id}/rerun (the console) --'    (refused while a version is still open)
         |  latest finished version N: the highest N whose jobs/{id}[/vN]/job.json exists
         |  (none: this is version 1, produced whole, as before revisions existed)
         v
@@ -44,6 +45,10 @@ from topics.validation import REQUEST_ID_MAX, decode_request
 
 class RevisionError(LocalError):
     """A revision that cannot be made (nothing to revise, a line out of range, ...)."""
+
+
+class UnknownJob(RevisionError):
+    """No version of the job was ever stored: neither a script.json nor a job.json."""
 
 
 def _content(line: ManifestLine, *, legacy: bool) -> tuple[str, str, str]:
@@ -183,8 +188,15 @@ def prepare_rerun(store: ObjectStore, job_id: str, *, failed: bool,
     re-producing its lines without audio (`failed`) and/or the lines named by index."""
     done = latest_finished(store, job_id)
     if done is None:
+        if store.stat(job_script_key(job_id)) is None:
+            raise UnknownJob(f"job {job_id} is unknown: no jobs/{job_id}/script.json or "
+                             "job.json; `job run` its script first")
         raise RevisionError(f"job {job_id} has no finished version to re-run (no "
-                            f"jobs/{job_id}/job.json); `job run` its script first")
+                            f"jobs/{job_id}/job.json): version 1 is still open")
+    # A re-run of version N while N+1 runs would plan N+1 again under its open requests.
+    if store.stat(job_script_key(job_id, done.version + 1)) is not None:
+        raise RevisionError(f"job {job_id}: version {done.version + 1} is still open (no "
+                            "job.json yet); re-run once the aggregator closed it")
     previous = _previous_lines(done)
     base = done.manifest or _manifest_from_event(done.event)
     requests = [_request(job_id, line, base.total) for line in previous]

@@ -180,6 +180,7 @@ _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+/clips/[0-9]+"), "/v1/jobs/{id}/clips/{index}"),
            (re.compile(r"/v1/jobs/[^/]+/clips\.zip"), "/v1/jobs/{id}/clips.zip"),
            (re.compile(r"/v1/jobs/[^/]+/timeline"), "/v1/jobs/{id}/timeline"),
+           (re.compile(r"/v1/jobs/[^/]+/rerun"), "/v1/jobs/{id}/rerun"),
            (re.compile(r"/console(/.*)?"), "/console"))
 _KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/healthz", "/readyz",
           "/metrics"}

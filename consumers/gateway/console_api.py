@@ -8,11 +8,15 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
     GET /v1/jobs/{id}/clips.zip          every clip of a closed job, stored (not deflated),
                                          named {line:04d}-{request_id}.{format}
     GET /v1/jobs/{id}/timeline           job.json's timeline: each line's start and end (s)
+        (a job's routes read its latest finished version, `revisions.latest_finished`, as
+        GET /v1/jobs/{id} does: a revision's carried clips are in its own job.json)
     GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet:
         partitions, backlog/queued/inflight and slots per lane, hot voices, age), the lag
         sampler's last sample per partition of tts.requests.interactive, this replica's
         open streams and reply partitions, and its 4xx/5xx answers by route and status
         (its own vf_gateway_requests_total): no Prometheus server needed.
+The JSON answers are msgspec types (`JobTimeline`, `Fleet`), encoded from them and
+published by consumers.gateway.openapi, like consumers.gateway.resources' answers.
 Why serve bytes here rather than hand out presigned links: the console's CSP allows media
 only from its own origin (or blob:), and the object store is another origin.
 """
@@ -23,19 +27,19 @@ import asyncio
 import io
 import time
 import zipfile
-from typing import Any
+from typing import Literal
 
 import msgspec
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from consumers.clients.revisions import latest_finished
 from consumers.fleet.router import LANES
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from pipeline import keys
-from topics.events import JobCompleted, VoiceRegistration
+from topics.events import ClipSpan, JobCompleted, VoiceRegistration
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
 MAX_ZIP_BYTES = 512 * 2**20  # a zip is built in memory: larger jobs download clip by clip
@@ -43,8 +47,73 @@ AUDIO_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
                "ogg": "audio/ogg", "opus": "audio/ogg", "m4a": "audio/mp4", "aac": "audio/aac"}
 
 
-def _json(obj: Any) -> Response:
-    return Response(orjson.dumps(obj), media_type="application/json")
+# -- answers -----------------------------------------------------------------------------------
+
+class JobTimeline(msgspec.Struct, kw_only=True):
+    """GET /v1/jobs/{id}/timeline: where each line sits in the job's track."""
+
+    id: str
+    object: Literal["job.timeline"]
+    version: int
+    duration_s: float
+    timeline: list[ClipSpan]
+
+
+class FleetLane(msgspec.Struct, kw_only=True):
+    partitions: list[int]
+    backlog: int
+    queued: int
+    inflight: int
+    slots: int
+    load: int  # backlog + queued + inflight
+
+
+class FleetWorker(msgspec.Struct, kw_only=True):
+    id: str
+    alive: bool
+    draining: bool
+    age_s: float  # since its last status on tts.fleet
+    hot_voices: int
+    lanes: dict[str, FleetLane]  # "batch", "interactive"
+
+
+class FleetView(msgspec.Struct, kw_only=True):
+    available: bool
+    records: int  # statuses read from tts.fleet
+
+
+class InteractiveLag(msgspec.Struct, kw_only=True):
+    total: int | None  # None until the first sample
+    threshold: int  # 503 `overloaded` above it
+    partitions: dict[str, int]  # partition -> lag
+
+
+class ReplicaState(msgspec.Struct, kw_only=True):
+    instance: str
+    open_streams: int
+    reply_partitions: list[int]
+
+
+class ErrorCount(msgspec.Struct, kw_only=True):
+    route: str
+    status: int
+    count: int
+
+
+class Fleet(msgspec.Struct, kw_only=True):
+    """GET /v1/fleet: what this replica knows about the fleet and its own answers."""
+
+    object: Literal["fleet"]
+    routing: Literal["fleet", "voice_id"]
+    view: FleetView
+    workers: list[FleetWorker]
+    interactive_lag: InteractiveLag
+    gateway: ReplicaState
+    errors: list[ErrorCount]
+
+
+def _json(obj: msgspec.Struct) -> Response:
+    return Response(msgspec.json.encode(obj), media_type="application/json")
 
 
 def _id(request: Request, name: str, limit: int) -> str | Response:
@@ -75,23 +144,25 @@ async def reference(request: Request) -> Response:
     return Response(data, media_type=AUDIO_TYPES.get(ext, "application/octet-stream"))
 
 
-async def _closed_job(request: Request) -> JobCompleted | Response:
+async def _closed_job(request: Request) -> tuple[int, JobCompleted] | Response:
+    """The job's latest finished version and its event."""
     gw: Gateway = request.app.state.gateway
     job_id = _id(request, "job_id", REQUEST_ID_MAX)
     if isinstance(job_id, Response):
         return job_id
-    raw = await asyncio.to_thread(gw.store.get, keys.job_json_key(job_id))
-    if raw is None:
+    done = await asyncio.to_thread(latest_finished, gw.store, job_id)
+    if done is None:
         return json_error(404, f"job {job_id!r} is not closed (or unknown)", "job_not_found")
-    return msgspec.json.decode(raw, type=JobCompleted)
+    return done.version, done.event
 
 
 async def subtitles(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
-    event = await _closed_job(request)
-    if isinstance(event, Response):
-        return event
-    data = await asyncio.to_thread(gw.store.get, keys.job_subtitles_key(event.job_id))
+    closed = await _closed_job(request)
+    if isinstance(closed, Response):
+        return closed
+    version, event = closed
+    data = await asyncio.to_thread(gw.store.get, keys.job_subtitles_key(event.job_id, version))
     if not event.subtitles or data is None:
         return json_error(404, f"job {event.job_id!r} has no subtitles", "subtitles_not_found")
     return Response(data, media_type="application/x-subrip", headers={
@@ -100,9 +171,10 @@ async def subtitles(request: Request) -> Response:
 
 async def clip(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
-    event = await _closed_job(request)
-    if isinstance(event, Response):
-        return event
+    closed = await _closed_job(request)
+    if isinstance(closed, Response):
+        return closed
+    event = closed[1]
     index = request.path_params["index"]
     found = next((c for c in event.clips if c.index == index), None)
     if found is None or found.audio is None:
@@ -128,9 +200,10 @@ def _stored_clips(gw: Gateway, event: JobCompleted) -> list[tuple[str, str]]:
 
 async def clips_zip(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
-    event = await _closed_job(request)
-    if isinstance(event, Response):
-        return event
+    closed = await _closed_job(request)
+    if isinstance(closed, Response):
+        return closed
+    event = closed[1]
     size = sum(c.audio.bytes for c in event.clips if c.audio is not None)
     if size > MAX_ZIP_BYTES:
         return json_error(413, f"job {event.job_id!r}'s clips are {size:,} bytes, over the "
@@ -153,15 +226,15 @@ async def clips_zip(request: Request) -> Response:
 
 
 async def timeline(request: Request) -> Response:
-    event = await _closed_job(request)
-    if isinstance(event, Response):
-        return event
-    return _json({"id": event.job_id, "object": "job.timeline",
-                  "duration_s": event.duration_s,
-                  "timeline": [msgspec.to_builtins(span) for span in event.timeline]})
+    closed = await _closed_job(request)
+    if isinstance(closed, Response):
+        return closed
+    version, event = closed
+    return _json(JobTimeline(id=event.job_id, object="job.timeline", version=version,
+                             duration_s=event.duration_s, timeline=event.timeline))
 
 
-def responses_by_status(gw: Gateway) -> list[dict[str, Any]]:
+def responses_by_status(gw: Gateway) -> list[ErrorCount]:
     """This replica's 4xx and 5xx answers so far, by route and status, most first."""
     out = []
     for family in gw.metrics.registry.collect():
@@ -170,46 +243,47 @@ def responses_by_status(gw: Gateway) -> list[dict[str, Any]]:
         for sample in family.samples:
             status = sample.labels.get("status", "")
             if sample.name.endswith("_total") and status[:1] in ("4", "5"):
-                out.append({"route": sample.labels["route"], "status": int(status),
-                            "count": int(sample.value)})
-    return sorted(out, key=lambda e: (-e["count"], e["route"], e["status"]))
+                out.append(ErrorCount(route=sample.labels["route"], status=int(status),
+                                      count=int(sample.value)))
+    return sorted(out, key=lambda e: (-e.count, e.route, e.status))
 
 
-def workers(gw: Gateway) -> list[dict[str, Any]]:
+def workers(gw: Gateway) -> list[FleetWorker]:
     if gw.fleet is None:
         return []
     router = gw.fleet.router
     now_ms = time.time() * 1000
     out = []
     for status in router.statuses():
-        lanes = {}
+        lanes: dict[str, FleetLane] = {}
         for name in LANES:
             lane = status.lane(name)
-            lanes[name] = {"partitions": lane.partitions, "backlog": lane.backlog,
-                           "queued": lane.queued, "inflight": lane.inflight,
-                           "slots": lane.slots, "load": lane.load}
-        out.append({"id": status.worker, "alive": router.alive(status.worker),
-                    "draining": status.draining, "age_s": round((now_ms - status.at_ms) / 1000, 1),
-                    "hot_voices": len(status.hot), "lanes": lanes})
+            lanes[name] = FleetLane(partitions=lane.partitions, backlog=lane.backlog,
+                                    queued=lane.queued, inflight=lane.inflight,
+                                    slots=lane.slots, load=lane.load)
+        out.append(FleetWorker(id=status.worker, alive=router.alive(status.worker),
+                               draining=status.draining,
+                               age_s=round((now_ms - status.at_ms) / 1000, 1),
+                               hot_voices=len(status.hot), lanes=lanes))
     return out
 
 
 async def fleet(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     limits = gw.settings.gateway
-    return _json({
-        "object": "fleet",
-        "routing": "fleet" if gw.fleet is not None else "voice_id",
-        "view": {"available": gw.fleet is not None and gw.fleet.available,
-                 "records": gw.fleet.records if gw.fleet is not None else 0},
-        "workers": workers(gw),
-        "interactive_lag": {"total": gw.lag.lag, "threshold": limits.lag_threshold,
-                            "partitions": {str(p): n for p, n in
-                                           sorted(gw.lag.by_partition.items())}},
-        "gateway": {"instance": gw.settings.worker.instance_id,
-                    "open_streams": gw.limiter.open_streams(),
-                    "reply_partitions": sorted(gw.router.partitions)},
-        "errors": responses_by_status(gw)})
+    return _json(Fleet(
+        object="fleet",
+        routing="fleet" if gw.fleet is not None else "voice_id",
+        view=FleetView(available=gw.fleet is not None and gw.fleet.available,
+                       records=gw.fleet.records if gw.fleet is not None else 0),
+        workers=workers(gw),
+        interactive_lag=InteractiveLag(
+            total=gw.lag.lag, threshold=limits.lag_threshold,
+            partitions={str(p): n for p, n in sorted(gw.lag.by_partition.items())}),
+        gateway=ReplicaState(instance=gw.settings.worker.instance_id,
+                             open_streams=gw.limiter.open_streams(),
+                             reply_partitions=sorted(gw.router.partitions)),
+        errors=responses_by_status(gw)))
 
 
 def routes() -> list[Route]:

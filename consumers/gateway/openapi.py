@@ -1,14 +1,18 @@
 """The gateway's OpenAPI 3.1 document, generated from the msgspec types its routes use.
 
     the bodies and answers (`SpeechBody` in consumers.gateway.speech; `VoiceForm`,
-      `JobScript`, `Voice`, `JobFinished`, ... in consumers.gateway.resources; `ApiError`,
-      `Health` and `Readiness` here, what serve.error_body and the app's probes write)
+      `JobScript`, `JobRerun`, `Voice`, `JobFinished`, ... in consumers.gateway.resources;
+      `JobTimeline` and `Fleet` in consumers.gateway.console_api; `ApiError`, `Health` and
+      `Readiness` here, what serve.error_body and the app's probes write)
     -> msgspec.json.schema_components -> components.schemas (JSON Schema 2020-12, the
       dialect of OpenAPI 3.1)
     -> `OPERATIONS`, one entry per route: its body, its answers, and the refusals every /v1
       route shares (401 without a key, 429 over the tenant's rate, 413 over the body limit,
       503 while the object store is down) -> paths, with bearer auth on /v1/*
     -> `document()`, built once -> GET /openapi.json (no key, like /healthz).
+
+Every route of the app is described but the console's own files (`NOT_API`): a page and its
+script and style, not an API; docs/console.md describes them.
 
 Every body the routes accept is converted to its type after their own checks, so nothing
 the document calls invalid is accepted; tests/integration/test_gateway_fuzz.py fuzzes the
@@ -27,7 +31,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from consumers.gateway import audio, resources
+from consumers.gateway import audio, console_api, resources
 from consumers.gateway.speech import SpeechBody
 from topics.validation import OPUS_RATES, REQUEST_ID_MAX
 
@@ -101,10 +105,14 @@ class StreamError(msgspec.Struct, kw_only=True):
 
 
 _TYPES: tuple[type[msgspec.Struct], ...] = (
-    SpeechBody, resources.VoiceForm, resources.JobScript, resources.Voice,
-    resources.VoiceCreated, resources.VoiceList, resources.VoiceDeleted, resources.JobQueued,
-    resources.JobFinished, resources.JobRunning, ApiError, Health, Readiness, AudioDelta,
-    AudioDone, StreamError)
+    SpeechBody, resources.VoiceForm, resources.JobScript, resources.JobRerun, resources.Voice,
+    resources.VoiceCreated, resources.VoiceCheck, resources.VoiceList, resources.VoiceDeleted,
+    resources.JobQueued, resources.JobFinished, resources.JobRunning, console_api.JobTimeline,
+    console_api.Fleet, ApiError, Health, Readiness, AudioDelta, AudioDone, StreamError)
+
+# Served without a description: the web console's static files under /console (the page, its
+# script and style; consumers.gateway.console), which are not API operations.
+NOT_API = frozenset({"/console", "/console/", "/console/{name}"})
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -138,6 +146,7 @@ class Operation:
     body: dict[str, Any] | None = None  # media type -> schema
     tag: str = "probes"
     example: dict[str, Any] | None = None  # a body that is accepted (docs/gateway.md's)
+    parameters: tuple[dict[str, Any], ...] = ()  # beside {id}: query and other path ones
 
     @property
     def authenticated(self) -> bool:
@@ -158,6 +167,17 @@ _ID = {"in": "path", "name": "id", "required": True}
 _STORE_DOWN = _error("The object store is unavailable (`storage_unavailable`); retry after "
                      "Retry-After", "Retry-After")
 _BAD_ID = _error("The ID is malformed: [A-Za-z0-9._:-], no '..' (`invalid_request`)")
+_NO_JOB = _error("No finished version of the job (`job_not_found`)")
+_CLIP_AUDIO = {media: {"type": "string", "format": "binary"}
+               for media in dict.fromkeys([*console_api.AUDIO_TYPES.values(),
+                                           "application/octet-stream"])}
+_DRY_RUN = {"in": "query", "name": "dry_run", "required": False,
+            "description": "1 or true: check the reference only (200 with the verdict "
+                           "table), nothing stored or produced; 0, false or absent: register",
+            "schema": {"type": "string", "enum": list(resources.DRY_RUN)}}
+_INDEX = {"in": "path", "name": "index", "required": True,
+          "description": "The line's index (0-based, as clips[].index)",
+          "schema": {"type": "integer", "minimum": 0}}
 
 # What a reader (and the fuzzer's examples phase) starts from: the voice of docs/gateway.md.
 SPEECH_EXAMPLE = {"model": "tts-1", "voice": "narrator-1", "input": "Hello.",
@@ -191,10 +211,14 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/v1/voices", "listVoices", "The voice registry", tag="voices", answers={
         200: _json("VoiceList", "Every registered voice, by ID"), 503: _STORE_DOWN}),
     Operation("post", "/v1/voices", "createVoice", "Register a voice from a reference clip",
-              tag="voices", body={"multipart/form-data": _ref("VoiceUpload")}, answers={
+              tag="voices", body={"multipart/form-data": _ref("VoiceUpload")},
+              parameters=(_DRY_RUN,), answers={
+                  200: _json("VoiceCheck", "`dry_run`: the reference passed every rule; "
+                                           "nothing stored or produced"),
                   201: _json("VoiceCreated", "Registered, with the reference's verdict table"),
                   400: _error("The `reference` file part is missing, a text part breaks a "
-                              "rule, or the form is malformed (`invalid_request`)"),
+                              "rule, the form is malformed or `dry_run` is none of its "
+                              "values (`invalid_request`)"),
                   415: _error("Not multipart/form-data (`unsupported_media_type`)"),
                   422: _error("The reference breaks a rule (`reference_invalid`); `checks` "
                               "is the verdict table"),
@@ -224,6 +248,63 @@ OPERATIONS: tuple[Operation, ...] = (
         200: Answer("The finished job, or a running one's progress",
                     {JSON: {"anyOf": [_ref("JobFinished"), _ref("JobRunning")]}}),
         400: _BAD_ID, 404: _error("No such job (`job_not_found`)"), 503: _STORE_DOWN}),
+    Operation("post", "/v1/jobs/{id}/rerun", "rerunJob",
+              "Re-run lines of a finished job as its next version (`job rerun`)", tag="jobs",
+              body={JSON: _ref("JobRerun")}, example={"failed": True}, answers={
+                  202: _json("JobQueued", "The next version stored and its lines produced to "
+                                          "tts.requests: `version`, `lines`"),
+                  400: _error("The body is not JSON (`invalid_json`), breaks a rule or names "
+                              "nothing to re-run (`invalid_request`), or a voice of the job "
+                              "is no longer registered (`voice_not_found`)"),
+                  404: _error("The job was never stored (`job_not_found`)"),
+                  409: _error("A version of the job is still open, or a line index is "
+                              "outside the job (`invalid_request`); or nothing would be "
+                              "produced: `failed` with every line holding audio "
+                              "(`nothing_to_rerun`)"),
+                  503: _error("Kafka refused the requests (`kafka_error`) or the object "
+                              "store is down (`storage_unavailable`); retry after "
+                              "Retry-After", "Retry-After")}),
+    Operation("get", "/v1/voices/{id}/reference", "getVoiceReference",
+              "A voice's reference clip, in its own audio type", tag="voices", answers={
+                  200: Answer("The stored reference", _CLIP_AUDIO),
+                  400: _BAD_ID,
+                  404: _error("The voice is not registered (`voice_not_found`), or its "
+                              "reference is not in this store (`reference_not_found`)"),
+                  503: _STORE_DOWN}),
+    Operation("get", "/v1/jobs/{id}/subtitles", "getJobSubtitles",
+              "The latest finished version's SRT", tag="jobs", answers={
+                  200: Answer("The SubRip file, as an attachment",
+                              {"application/x-subrip": {"type": "string"}},
+                              ("Content-Disposition",)),
+                  400: _BAD_ID,
+                  404: _error("No finished version (`job_not_found`), or it has no "
+                              "subtitles (`subtitles_not_found`)"),
+                  503: _STORE_DOWN}),
+    Operation("get", "/v1/jobs/{id}/clips/{index}", "getJobClip",
+              "One line's clip of the latest finished version", tag="jobs",
+              parameters=(_INDEX,), answers={
+                  200: Answer("The clip, in its own audio type", _CLIP_AUDIO),
+                  400: _BAD_ID,
+                  404: _error("No finished version (`job_not_found`), or no clip of this "
+                              "line in this gateway's store (`clip_not_found`)"),
+                  503: _STORE_DOWN}),
+    Operation("get", "/v1/jobs/{id}/clips.zip", "getJobClipsZip",
+              "Every clip of the latest finished version, zipped (stored)", tag="jobs",
+              answers={
+                  200: Answer("{line:04d}-{request_id}.{format} per clip, as an attachment",
+                              {"application/zip": {"type": "string", "format": "binary"}},
+                              ("Content-Disposition",)),
+                  400: _BAD_ID, 404: _NO_JOB,
+                  413: _error("The clips are over 512 MiB (`zip_too_large`): fetch them "
+                              "one by one"),
+                  503: _STORE_DOWN}),
+    Operation("get", "/v1/jobs/{id}/timeline", "getJobTimeline",
+              "Each line's start and end in the latest finished version's track", tag="jobs",
+              answers={200: _json("JobTimeline", "The timeline"), 400: _BAD_ID,
+                       404: _NO_JOB, 503: _STORE_DOWN}),
+    Operation("get", "/v1/fleet", "getFleet",
+              "The workers' statuses, the interactive lane's lag and this replica's errors",
+              tag="fleet", answers={200: _json("Fleet", "What this replica reads")}),
     Operation("get", "/healthz", "healthz", "Liveness", answers={
         200: _json("Health", "The event loop answers")}),
     Operation("get", "/readyz", "readyz", "Readiness", answers={
@@ -245,6 +326,8 @@ _TOO_LARGE = _error("The body is over the limit (`body_too_large`): VF_GATEWAY_M
 _HEADERS = {
     "Retry-After": {"description": "Whole seconds to wait before retrying", "required": True,
                     "schema": {"type": "integer", "minimum": 0}},
+    "Content-Disposition": {"description": "attachment; filename=\"...\"",
+                            "schema": {"type": "string"}},
     "X-Request-Id": {"description": "The request ID of the (first part of the) synthesis "
                                     "request; parts of a long input add -p0, -p1, ...",
                      "schema": {"type": "string"}},
@@ -278,6 +361,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         kind = "voice" if op.path.startswith("/v1/voices") else "job"
         spec["parameters"] = [{**_ID, "description": f"The {kind} ID",
                                "schema": _ref("VoiceId" if kind == "voice" else "JobId")}]
+    if op.parameters:
+        spec["parameters"] = [*spec.get("parameters", []), *op.parameters]
     if op.body is not None:
         spec["requestBody"] = {"required": True, "content": {
             media: {"schema": schema, **({"example": op.example} if op.example else {})}
@@ -308,6 +393,11 @@ def _components() -> dict[str, Any]:
         {"if": {"properties": {"format": {"const": "opus"}}, "required": ["format"]},
          "then": {"properties": {"lines": {"items": {
              "if": {"not": {"required": ["format"]}}, "then": opus_rate}}}}}]
+    # A re-run names something: `failed` true, or at least one line (`job rerun` refuses
+    # neither, exit 2).
+    schemas["JobRerun"]["anyOf"] = [
+        {"required": ["failed"], "properties": {"failed": {"const": True}}},
+        {"required": ["lines"], "properties": {"lines": {"minItems": 1}}}]
     job_id = schemas["JobScript"]["properties"]["job_id"]
     schemas["JobId"] = {**job_id, "maxLength": REQUEST_ID_MAX}
     schemas["VoiceId"] = schemas["VoiceForm"]["properties"]["voice_id"]
@@ -334,7 +424,7 @@ def document() -> dict[str, Any]:
         "info": {"title": "VoiceFactory gateway", "version": _version(),
                  "description": "OpenAI's speech API, voices and jobs in front of the Kafka "
                                 "fleet (docs/gateway.md). Errors are OpenAI's error object."},
-        "tags": [{"name": name} for name in ("audio", "voices", "jobs", "probes")],
+        "tags": [{"name": name} for name in ("audio", "voices", "jobs", "fleet", "probes")],
         "paths": paths,
         "components": _components(),
     }

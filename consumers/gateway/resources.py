@@ -10,6 +10,11 @@ POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) -
   voices; version 1 of a new job, or the next version of a finished one with only its
   changed or failed lines, docs/jobs.md) -> requests on tts.requests (202, with the
   version and the lines produced); an unchanged script produces nothing (200, "unchanged").
+POST /v1/jobs/{id}/rerun (`{"failed": true}` and/or `{"lines": [3, 7]}`) ->
+  `consumers.clients.jobs.submit_rerun`, the very operation of `job rerun` (the latest
+  finished version's own script: its lines without audio and/or those named) -> the next
+  version's requests on tts.requests (202, like POST /v1/jobs); 404 for a job never stored,
+  409 while a version is still open or when nothing would be produced.
 GET /v1/jobs/{id}: the latest version's job.json once the aggregator closed it (status,
   clips, subtitles link), else "running" with the lines answered so far
   (`consumers.gateway.progress` reads the job's tts.results partition from the script's
@@ -37,8 +42,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from consumers.aggregator.state import decode_manifest
-from consumers.clients.jobs import UnknownVoices, submit
-from consumers.clients.revisions import RevisionError, latest_finished
+from consumers.clients.jobs import UnknownVoices, submit, submit_rerun
+from consumers.clients.revisions import RevisionError, UnknownJob, latest_finished
 from consumers.clients.scripts import ScriptError, parse_script
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
@@ -60,6 +65,7 @@ from topics.events import (
 from topics.jsonschema import ID_PATTERN
 from topics.validation import MAX_TEXT_CHARS, REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
+DRY_RUN = {"1": True, "true": True, "0": False, "false": False}  # POST /v1/voices?dry_run=
 MAX_LINES = 10_000  # consumers.clients.scripts: a job holds at most this many lines
 Speed = Annotated[float, msgspec.Meta(ge=0.5, le=2.0)]
 SampleRate = Literal[16000, 22050, 24000, 44100, 48000]  # topics.validation.SAMPLE_RATES
@@ -105,6 +111,16 @@ class JobScript(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     gap_ms: Annotated[int, msgspec.Meta(ge=0)] | None = None
     concat: bool | None = None
     track_format: AudioFormat = "wav"
+
+
+class JobRerun(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """POST /v1/jobs/{id}/rerun: what `job rerun JOB --failed --lines 3,7` takes; at least
+    one of the two (`failed` true or a line named)."""
+
+    failed: bool = False  # the lines without audio: failed, rejected, expired, missing
+    # 0-based indices, as the job event's clips[].index
+    lines: Annotated[list[Annotated[int, msgspec.Meta(ge=0, lt=MAX_LINES)]],
+                     msgspec.Meta(max_length=MAX_LINES)] = msgspec.field(default_factory=list)
 
 
 # -- answers -----------------------------------------------------------------------------------
@@ -226,6 +242,10 @@ def verdict_table(report: ReferenceReport) -> list[RuleCheck]:
 
 async def create_voice(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
+    dry_run = DRY_RUN.get(request.query_params.get("dry_run", "0"))
+    if dry_run is None:
+        return json_error(400, "dry_run is 1, true, 0 or false", "invalid_request",
+                          param="dry_run")
     media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "multipart/form-data":
         return json_error(415, "POST /v1/voices takes multipart/form-data with a `reference` "
@@ -253,7 +273,7 @@ async def create_voice(request: Request) -> Response:
     if not report.ok:
         return json_error(422, "; ".join(report.problems), "reference_invalid",
                           param="reference", checks=msgspec.to_builtins(checks))
-    if request.query_params.get("dry_run") in ("1", "true"):
+    if dry_run:
         return _json(VoiceCheck(id=voice_id, object="voice.check", ok=True, checks=checks))
     try:
         event = await asyncio.to_thread(
@@ -346,6 +366,43 @@ async def create_job(request: Request) -> Response:
     return _json(answer, 202)
 
 
+async def rerun_job(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    job_id = _path_id(request, "job_id", REQUEST_ID_MAX)
+    if isinstance(job_id, Response):
+        return job_id
+    try:
+        doc = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        return json_error(400, f"the body is not JSON: {exc}", "invalid_json")
+    if isinstance(doc, dict) and isinstance(doc.get("lines"), list):  # 3.0 is line 3
+        doc["lines"] = [int(i) if isinstance(i, float) and i.is_integer() else i
+                        for i in doc["lines"]]
+    try:
+        body = msgspec.convert(doc, JobRerun)
+    except msgspec.ValidationError as exc:
+        return refusal(exc)
+    if not body.failed and not body.lines:
+        return json_error(400, "say what to re-run: `failed: true` and/or `lines`",
+                          "invalid_request")
+    try:
+        submission = await asyncio.to_thread(submit_rerun, gw.store, job_id,
+                                             failed=body.failed, lines=frozenset(body.lines))
+    except UnknownJob as exc:
+        return json_error(404, str(exc), "job_not_found")
+    except UnknownVoices as exc:  # deleted since the version ran
+        return json_error(400, str(exc), "voice_not_found", param="lines", voices=exc.missing)
+    except (RevisionError, ScriptError) as exc:
+        return json_error(409, str(exc), "invalid_request")
+    if submission.unchanged:
+        return json_error(409, submission.describe(), "nothing_to_rerun")
+    await gw.produce(gw.names.requests, submission.requests)
+    return _json(JobQueued(id=job_id, object="job", status="queued",
+                           version=submission.version, total=submission.manifest.total,
+                           url=f"/v1/jobs/{job_id}", lines=sorted(submission.reasons),
+                           message=submission.describe()), 202)
+
+
 async def job(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     job_id = _path_id(request, "job_id", REQUEST_ID_MAX)
@@ -390,4 +447,5 @@ def routes() -> list[Route]:
     return [Route("/v1/voices", voices, methods=["GET", "POST"]),
             Route("/v1/voices/{id}", voice, methods=["GET", "DELETE"]),
             Route("/v1/jobs", create_job, methods=["POST"]),
-            Route("/v1/jobs/{id}", job, methods=["GET"])]
+            Route("/v1/jobs/{id}", job, methods=["GET"]),
+            Route("/v1/jobs/{id}/rerun", rerun_job, methods=["POST"])]

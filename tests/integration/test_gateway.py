@@ -349,7 +349,23 @@ async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings
         assert (same.status_code, same.json()["status"], same.json()["version"]) == \
             (200, "unchanged", 2)
         assert (await http.get("/v1/jobs/http-job-1")).json()["version"] == 2
-    assert await produced(gw_settings, REQUESTS.name, REQUESTS.partitions) == 3
+
+        # `job rerun` over HTTP (POST /v1/jobs/{id}/rerun): the same operation.
+        nothing = await http.post("/v1/jobs/http-job-1/rerun", json={"failed": True})
+        assert (nothing.status_code, nothing.json()["error"]["code"]) == \
+            (409, "nothing_to_rerun")  # every line of version 2 has audio
+        unknown = await http.post("/v1/jobs/http-job-9/rerun", json={"failed": True})
+        assert unknown.status_code == 404
+        rerun = await http.post("/v1/jobs/http-job-1/rerun", json={"lines": [0]})
+        assert rerun.status_code == 202, rerun.text
+        assert (rerun.json()["version"], rerun.json()["lines"]) == (3, [0])
+        status = await http.get("/v1/jobs/http-job-1")
+        assert (status.json()["status"], status.json()["version"],
+                status.json()["carried"]) == ("running", 3, 1)
+        still_open = await http.post("/v1/jobs/http-job-1/rerun", json={"lines": [1]})
+        assert still_open.status_code == 409 and "still open" in still_open.text
+    # 2 lines of version 1, 1 of version 2, 1 of version 3: nothing else
+    assert await produced(gw_settings, REQUESTS.name, REQUESTS.partitions) == 4
 
 
 def _finish_as_the_aggregator_would(settings: Settings, job_id: str, voice: str,

@@ -503,8 +503,10 @@ async function jobsPage(live) {
     timer = setInterval(poll, 1000);
   }
 
+  const named = (job) => (job.version > 1 ? `${job.id} v${job.version}` : job.id);
+
   function showRunning(job, lines) {
-    view.replaceChildren(el("h2", {}, `Job ${job.id}: running`),
+    view.replaceChildren(el("h2", {}, `Job ${named(job)}: running`),
       el("p", { id: "j-state" }, `${job.done} of ${job.total} line(s) answered `
         + `(${job.succeeded} succeeded, ${job.failed} failed).`),
       el("progress", { max: job.total, value: job.done, "aria-label": "Lines answered" }),
@@ -522,14 +524,16 @@ async function jobsPage(live) {
     } }, label);
   }
 
-  async function rerun(job, lines, again) {
-    const doc = { job_id: `${job.id}-r${Date.now().toString(36)}`,
-      lines: again.map((i) => lines[i]) };
+  // The job's next version (POST /v1/jobs/{id}/rerun, what `job rerun --failed` does): the
+  // lines without audio again, the others carried; the page follows that version.
+  async function rerun(job, lines) {
     try {
-      const queued = await apiJson("/v1/jobs", { method: "POST",
-        headers: { "Content-Type": "application/json" }, body: JSON.stringify(doc) });
-      say(`Job ${queued.id} queued: lines ${again.map((i) => i + 1).join(", ")} again.`);
-      watch(queued.id, doc.lines);
+      const queued = await apiJson(`/v1/jobs/${encodeURIComponent(job.id)}/rerun`, {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ failed: true }) });
+      say(`Job ${queued.id} version ${queued.version} queued: line(s) `
+        + `${queued.lines.map((i) => i + 1).join(", ")} again.`);
+      watch(queued.id, lines);
     } catch (err) { say(`Re-run refused: ${err.message}`, true); }
   }
 
@@ -541,9 +545,9 @@ async function jobsPage(live) {
       !job.subtitles);
     srt.className = "";
     const redo = el("button", { type: "button", class: "plain", disabled: !again.length,
-      onclick: () => rerun(job, lines, again) },
+      onclick: () => rerun(job, lines) },
     again.length ? `Re-run ${again.length} failed line(s)` : "Re-run failed lines");
-    view.replaceChildren(el("h2", {}, `Job ${job.id}: ${job.status}`),
+    view.replaceChildren(el("h2", {}, `Job ${named(job)}: ${job.status}`),
       el("p", { id: "j-state" }, `${job.done} of ${job.total} line(s) done, `
         + `${job.duration_s.toFixed(1)} s of audio${job.missing.length
           ? `; missing lines: ${job.missing.map((i) => i + 1).join(", ")}` : ""}.`),

@@ -397,7 +397,8 @@ def test_a_10_line_script_runs_to_done_and_its_srt_downloads(
     assert errors_of(page) == []
 
 
-def test_a_failed_line_is_run_again_as_a_new_job(browser: Browser, stack: Stack) -> None:
+def test_a_failed_line_is_run_again_as_the_jobs_next_version(browser: Browser,
+                                                              stack: Stack) -> None:
     page = open_console(browser, stack, "jobs")
     job_id = f"console-{uuid.uuid4().hex[:6]}"
     page.get_by_label("Script", exact=True).fill(json.dumps({"job_id": job_id, "lines": [
@@ -409,10 +410,19 @@ def test_a_failed_line_is_run_again_as_a_new_job(browser: Browser, stack: Stack)
     expect(heading).to_have_text(f"Job {job_id}: partial", timeout=120_000)
     expect(page.locator("#j-view tbody .bad")).to_have_count(1)
     page.get_by_role("button", name="Re-run 1 failed line(s)").click()
-    expect(heading).to_have_text(re.compile(rf"^Job {job_id}-r\w+: failed$"), timeout=120_000)
+    expect(page.locator("#status")).to_have_text(
+        f"Job {job_id} version 2 queued: line(s) 2 again.")
+    # POST /v1/jobs/{id}/rerun: version 2 of the same job, which the page follows to its end
+    expect(heading).to_have_text(f"Job {job_id} v2: partial", timeout=120_000)
     rows = page.locator("#j-view tbody tr")
-    expect(rows).to_have_count(1)  # only the failed line, with its own options, went again
-    expect(rows.first).to_contain_text("This one fails")
+    expect(rows).to_have_count(3)  # lines 1 and 3 carried, line 2 produced again
+    expect(page.locator("#j-view tbody .bad")).to_have_count(1)
+    expect(rows.nth(1)).to_contain_text("This one fails")
+    job = httpx.get(f"{stack.url}/v1/jobs/{job_id}",
+                    headers={"Authorization": f"Bearer {stack.key}"}).json()
+    assert job["version"] == 2 and job["status"] == "partial"
+    assert [(c["request_id"], c.get("version") or 1) for c in job["clips"]] == [
+        (f"{job_id}-0000", 1), (f"{job_id}-v2-0001", 2), (f"{job_id}-0002", 1)]
     assert errors_of(page) == []
 
 

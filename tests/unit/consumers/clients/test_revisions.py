@@ -22,6 +22,7 @@ from consumers.aggregator.state import (
 from consumers.clients import jobs
 from consumers.clients.revisions import (
     RevisionError,
+    UnknownJob,
     plan_lines,
     prepare_rerun,
     prepare_run,
@@ -187,8 +188,23 @@ def test_rerun_failed_and_by_index_from_the_stored_script() -> None:
     assert rerun.reasons == {0: "asked", 2: "failed"}
     assert [(r.request_id, r.format, r.language) for r in rerun.requests] == \
         [("ep7-v2-0000", "flac", "en"), ("ep7-v2-0002", "flac", "en")]
-    with pytest.raises(RevisionError, match="no finished version"):
+    with pytest.raises(UnknownJob, match="never-run is unknown"):
         prepare_rerun(store, "never-run", failed=True)  # type: ignore[arg-type]
+
+
+def test_a_rerun_waits_for_the_open_version_to_close() -> None:
+    store = DictStore()
+    first = _submit(store, _script(TEXTS[:3], job_id="ep8"))
+    with pytest.raises(RevisionError, match="no finished version") as open_v1:
+        prepare_rerun(store, "ep8", failed=True)  # type: ignore[arg-type]
+    assert not isinstance(open_v1.value, UnknownJob)  # known, only not closed yet
+    _finish(store, first.script, bad=frozenset({1}))
+    second = jobs.submit_rerun(store, "ep8", failed=True)  # type: ignore[arg-type]
+    assert second.version == 2 and second.reasons == {1: "failed"}
+    # v2's script.json is stored, its job.json not yet: another re-run would plan v2 again
+    with pytest.raises(RevisionError, match="version 2 is still open"):
+        jobs.submit_rerun(store, "ep8", lines=frozenset({0}), failed=False)  # type: ignore[arg-type]
+    assert job_script_key("ep8", 3) not in store.objects
 
 
 def test_a_version_still_open_is_planned_again_not_stacked() -> None:

@@ -247,3 +247,18 @@ def test_the_fleet_summary_lists_each_workers_lanes(http: TestClient, auth: dict
                                            "inflight": 1, "slots": 2, "load": 3}
     assert one["lanes"]["batch"]["load"] == 0
     assert two["id"] == "w-2" and two["draining"] and not two["alive"]
+
+
+def test_a_revised_jobs_files_are_its_latest_finished_versions(
+        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+    _closed_job(store, store.bucket)
+    event = JobCompleted(job_id="ep1", status="succeeded", total=2, clips=[],
+                         timeline=[ClipSpan(index=0, start_s=0.0, end_s=1.0),
+                                   ClipSpan(index=1, start_s=1.2, end_s=2.0)],
+                         completed_at="2026-12-04T00:01:00+00:00", subtitles="s3://srt",
+                         version=2)
+    store.put(keys.job_json_key("ep1", 2), encode(event), "application/json")
+    store.put(keys.job_subtitles_key("ep1", 2), b"1\nv2\n", "")
+    line = http.get("/v1/jobs/ep1/timeline", headers=auth).json()
+    assert line["version"] == 2 and [s["index"] for s in line["timeline"]] == [0, 1]
+    assert http.get("/v1/jobs/ep1/subtitles", headers=auth).text == "1\nv2\n"

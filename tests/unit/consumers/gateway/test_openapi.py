@@ -30,10 +30,18 @@ from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import error_body
 from consumers.gateway.speech import LANGUAGE_PATTERN, BadField, SpeechBody, parse_speech
 from consumers.settings import GatewaySettings, Settings
+from pipeline.keys import job_json_key, job_script_key
 from pipeline.storage import ObjectInfo
 from pipeline.text.language import normalise_tag
 from topics.errors import ErrorCode, VoiceFactoryError
-from topics.events import SynthesisRequest, VoiceRegistration, encode
+from topics.events import (
+    AudioRef,
+    JobClip,
+    JobCompleted,
+    SynthesisRequest,
+    VoiceRegistration,
+    encode,
+)
 from topics.validation import SAMPLE_RATES
 
 VOICE_JSON = "voices/narrator-1/voice.json"
@@ -117,8 +125,13 @@ def test_the_document_is_valid_openapi_3_1() -> None:
 
 def test_every_route_of_the_app_is_described_and_nothing_else(gateway: Gateway) -> None:
     app = build_app(gateway).app  # type: ignore[attr-defined]
-    served = {(method.lower(), route.path) for route in app.routes if isinstance(route, Route)
+    # {index:int} is {index} in OpenAPI (its schema says integer)
+    served = {(method.lower(), re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path))
+              for route in app.routes if isinstance(route, Route)
               for method in route.methods or () if method != "HEAD"}
+    static = {(m, path) for m, path in served if path in openapi.NOT_API}
+    assert {path for _, path in static} == openapi.NOT_API  # the exclusion names served routes
+    served -= static
     described = {(method, path) for path, item in openapi.document()["paths"].items()
                  for method in item}
     assert served == described
@@ -279,3 +292,106 @@ def test_store_and_kafka_outages_are_503_not_404_or_500(
     store.list_prefix = down  # type: ignore[method-assign]
     deleted = http.delete("/v1/voices/narrator-1", headers=auth)
     assert deleted.status_code == 503 and deleted.headers["retry-after"] == "1"
+
+
+# -- POST /v1/jobs/{id}/rerun: `job rerun` over HTTP ---------------------------------------------
+
+def _close_version(store: MemoryStore, job_id: str, version: int, *, failed: set[int],
+                   total: int = 3) -> None:
+    """What the aggregator would store: version `version`'s job.json, `failed` lines without
+    audio (the manifest is the one the gateway stored)."""
+    clips = [JobClip(index=i, request_id=f"{job_id}-{i:04d}", voice_id="narrator-1",
+                     text=f"Line {i}.", status="failed" if i in failed else "succeeded",
+                     duration_s=0.0 if i in failed else 1.0,
+                     audio=None if i in failed else AudioRef(
+                         bucket="voicefactory", key=f"audio/{job_id}-{i}.wav", url="u",
+                         format="wav", sample_rate=24000, duration_s=1.0, bytes=4,
+                         sha256="0"))
+             for i in range(total)]
+    event = JobCompleted(job_id=job_id, status="partial" if failed else "succeeded",
+                         total=total, clips=clips, timeline=[],
+                         completed_at="2026-12-04T00:00:00Z", version=version)
+    store.put(job_json_key(job_id, version), encode(event), "application/json")
+
+
+@pytest.fixture
+def produced(gateway: Gateway) -> list[SynthesisRequest]:
+    out: list[SynthesisRequest] = []
+
+    async def produce(topic: str, requests: list[SynthesisRequest],
+                      partition: int | None = None) -> None:
+        out.extend(requests)
+
+    gateway.produce = produce  # type: ignore[method-assign]
+    return out
+
+
+def test_a_rerun_is_the_next_version_of_the_same_job(
+        http: TestClient, auth: dict[str, str], store: MemoryStore,
+        produced: list[SynthesisRequest]) -> None:
+    script = {"job_id": "ep9", "voice": "narrator-1", "format": "flac",
+              "lines": [{"text": f"Line {i}."} for i in range(3)]}
+    assert http.post("/v1/jobs", json=script, headers=auth).status_code == 202
+    rerun = http.post("/v1/jobs/ep9/rerun", json={"failed": True}, headers=auth)
+    assert rerun.status_code == 409 and "still open" in rerun.json()["error"]["message"]
+    _close_version(store, "ep9", 1, failed={1})
+    produced.clear()
+    rerun = http.post("/v1/jobs/ep9/rerun", json={"failed": True}, headers=auth)
+    assert rerun.status_code == 202, rerun.text
+    answer = msgspec.json.decode(rerun.content, type=resources.JobQueued)
+    assert (answer.version, answer.lines, answer.total) == (2, [1], 3)
+    # the stored script's own options, the revision's request ID and version
+    assert [(r.request_id, r.format, r.job and r.job.version) for r in produced] == \
+        [("ep9-v2-0001", "flac", 2)]
+    assert job_script_key("ep9", 2) in store.objects
+    again = http.post("/v1/jobs/ep9/rerun", json={"lines": [0]}, headers=auth)
+    assert again.status_code == 409  # version 2 is open
+    _close_version(store, "ep9", 2, failed=set())
+    produced.clear()
+    by_index = http.post("/v1/jobs/ep9/rerun", json={"lines": [0, 2.0]}, headers=auth)
+    assert by_index.status_code == 202 and by_index.json()["lines"] == [0, 2]
+    assert [r.request_id for r in produced] == ["ep9-v3-0000", "ep9-v3-0002"]
+
+
+def test_a_rerun_that_would_produce_nothing_or_names_nothing_is_refused(
+        http: TestClient, auth: dict[str, str], store: MemoryStore,
+        produced: list[SynthesisRequest]) -> None:
+    unknown = http.post("/v1/jobs/ghost/rerun", json={"failed": True}, headers=auth)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "job_not_found"
+    script = {"job_id": "ep10", "voice": "narrator-1",
+              "lines": [{"text": f"Line {i}."} for i in range(3)]}
+    assert http.post("/v1/jobs", json=script, headers=auth).status_code == 202
+    _close_version(store, "ep10", 1, failed=set())
+    produced.clear()
+    nothing = http.post("/v1/jobs/ep10/rerun", json={"failed": True}, headers=auth)
+    assert nothing.status_code == 409 and nothing.json()["error"]["code"] == "nothing_to_rerun"
+    outside = http.post("/v1/jobs/ep10/rerun", json={"lines": [3]}, headers=auth)
+    assert outside.status_code == 409 and "outside 0..2" in outside.text
+    refusals: list[Any] = [{}, {"failed": False}, {"lines": []}, {"lines": [-1]},
+                           {"failed": 1}, {"failed": True, "extra": 1}, [1]]
+    for body in refusals:
+        refused = http.post("/v1/jobs/ep10/rerun", json=body, headers=auth)
+        assert refused.status_code == 400, (body, refused.text)
+    assert http.post("/v1/jobs/ep10/rerun", content=b"{", headers=auth).status_code == 400
+    assert http.post("/v1/jobs/a..b/rerun", json={"failed": True},
+                     headers=auth).status_code == 400
+    assert produced == [] and job_script_key("ep10", 2) not in store.objects
+
+
+def test_the_documents_rerun_schema_refuses_what_the_route_refuses() -> None:
+    schema = openapi.document()["components"]["schemas"]["JobRerun"]
+    valid = jsonschema_rs.validator_for(schema)
+    accepted: list[Any] = [{"failed": True}, {"lines": [3, 7]}, {"failed": False, "lines": [0]}]
+    for body in accepted:
+        assert valid.is_valid(body), body
+    refused: list[Any] = [{}, {"failed": False}, {"lines": []}, {"lines": [-1]}, {"x": 1}]
+    for body in refused:
+        assert not valid.is_valid(body), body
+
+
+def test_dry_run_takes_only_its_values(http: TestClient, auth: dict[str, str]) -> None:
+    reply = http.post("/v1/voices?dry_run=yes", headers=auth,
+                      files={"reference": ("r.wav", b"not audio")})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "dry_run"
+    assert http.post("/v1/voices?dry_run=0", headers=auth,
+                     files={"reference": ("r.wav", b"not audio")}).status_code == 422
