@@ -272,7 +272,7 @@ async function voicesPage() {
   }
 
   main.replaceChildren(el("h1", {}, "Voices"),
-    el("p", {}, "The voices this key's tenant can speak with."), list, player,
+    el("p", {}, "The voices registered on this gateway's store. Voices are not yet per tenant: every key sees and can delete all of them."), list, player,
     voiceForm(refresh));
   await refresh();
 }
