@@ -19,8 +19,10 @@ import os
 import socket
 import struct
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -52,27 +54,35 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def cli_gateway(settings: Settings) -> AsyncIterator[tuple[asyncio.subprocess.Process,
-                                                                  str]]:
+async def cli_gateway(settings: Settings, *, log: Path | None = None, ready_s: float = 30.0,
+                      ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     """`voicefactory gateway` as its own process (one a test can kill -9), on a free port,
-    ready: yields the process and its base URL; kills it at the end if it still runs."""
+    ready within `ready_s`: yields the process and its base URL; kills it at the end if it
+    still runs. Its stdout and stderr go to `log` when given (appended), else nowhere."""
     port = free_port()
     env = {**os.environ, **settings.to_env(), "VF_GATEWAY_PORT": str(port),
            "VF_GATEWAY_HOST": "127.0.0.1", "VF_INSTANCE_ID": "doomed"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", "import sys, voicefactory; sys.exit(voicefactory.main("
-        "['gateway', '--log-format', 'text']))", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    out = await asyncio.to_thread(log.open, "ab") if log is not None else None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "import sys, voicefactory; sys.exit(voicefactory.main("
+            "['gateway', '--log-format', 'text']))", env=env,
+            stdout=out if out is not None else asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.STDOUT)
+    finally:
+        if out is not None:
+            out.close()  # the child holds its own copy
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as http:
-            for _ in range(300):
+            deadline = time.monotonic() + ready_s
+            while True:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await http.get(url + "/readyz")).status_code == 200:
                         break
+                if time.monotonic() > deadline or proc.returncode is not None:
+                    raise AssertionError("the subprocess gateway never became ready")
                 await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("the subprocess gateway never became ready")
         yield proc, url
     finally:
         if proc.returncode is None:

@@ -5,31 +5,44 @@ every acknowledged request is answered, none is lost, duplicates are absorbed by
     gateway-role producer (acks=all, idempotent) --~20 requests/s--> tts.requests (rf 3,
         min.insync.replicas 2) --> a worker subprocess (worker role, bench engine)
         --> tts.results, read back with the gateway's credentials
-    at 6 s: SIGKILL the busiest leader; at 22 s: start it again; produce until 32 s
+    and at the same time, through HTTP:
+    3 callers --POST /v1/audio/speech (wav whole, pcm streamed)--> `voicefactory gateway`
+        (a subprocess, gateway role) --> tts.requests.interactive --> the same worker
+        --> chunks on tts.audio --> the gateway --> the caller
+    at 6 s: SIGKILL the busiest leader; at 22 s: start it again; load until 32 s, then a
+    few more speech requests that must all be served
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import json
 import sys
 import time
 import uuid
+import wave
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 from aiokafka import TopicPartition
 
 from consumers.clients.demo import make_reference
+from consumers.gateway.keys import add_key
 from consumers.kafka import make_consumer, make_producer, security_kwargs
 from consumers.settings import KafkaSettings
 from consumers.wiring import make_store
 from deploy.local import cluster
+from pipeline.engines.base import SynthesisItem
+from pipeline.engines.bench import SAMPLE_RATE, BenchEngine
 from pipeline.voices import register_voice
 from tests.integration.cluster.conftest import RoleSettings, assert_no_secret
+from tests.integration.gateway_harness import cli_gateway
 from tests.integration.workers import start_worker
 from topics.admin import admin_client
 from topics.events import SynthesisRequest, SynthesisResult, decode_result, encode
@@ -39,6 +52,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 # Restart well after the controller fences the dead broker (broker.session.timeout.ms, 9 s),
 # so the stall measured is the failover alone, not shortened by the node coming back.
 RATE_PER_S, PRODUCE_S, KILL_AT_S, RESTART_AT_S = 20, 32.0, 6.0, 22.0
+# HTTP callers, each one request at a time with a pause between; the gateway gives up on an
+# answer after GATEWAY_TIMEOUT_S (504), its producer on a send after aiokafka's 40 s request
+# timeout (503): a caller waiting longer than both together has met a hang.
+CALLERS, CALL_PAUSE_S, GATEWAY_TIMEOUT_S, AFTER_CALLS = 3, 0.3, 30.0, 6
+HANG_BOUND_S = 40.0 + GATEWAY_TIMEOUT_S + 10.0
+DOCUMENTED_FAILURES = {503, 504}
 
 
 @pytest.mark.timeout(420)
@@ -52,17 +71,25 @@ async def test_busiest_leader_killed_under_load_loses_no_acknowledged_request(
                        language="en")
     worker_settings = role("worker", VF_ENGINE="bench")
     log = tmp_path / "worker.log"
+    gateway_log = tmp_path / "gateway.log"
     tag = uuid.uuid4().hex[:6]
+    key = add_key(tmp_path / "keys", "leader-kill", rate=1000, streams=CALLERS * 4)
+    gateway_settings = role("gateway", VF_GATEWAY_KEYS_FILE=str(tmp_path / "keys"),
+                            VF_GATEWAY_TIMEOUT_S=str(GATEWAY_TIMEOUT_S))
     worker = start_worker(worker_settings, f"leader-kill-{tag}", log, VF_METRICS_PORT="-1",
                           VF_BENCH_BASE_MS="20", VF_BENCH_PER_ITEM_MS="5")
     victim: cluster.Node | None = None
     try:
-        await _wait_log(log, "assigned partitions", 120)
-        victim = await _busiest_leader(role("admin").kafka, "tts.requests")
-        gateway = role("gateway").kafka
-        acked, failed, ack_times, killed_at = await _load_with_a_leader_kill(
-            gateway, voices, tag, victim)
-        answers = await _wait_answers(gateway, set(acked), 240)
+        async with cli_gateway(gateway_settings, log=gateway_log, ready_s=120) as (_, url):
+            await _wait_log(log, "assigned partitions", 120)
+            victim = await _busiest_leader(role("admin").kafka, "tts.requests")
+            gateway = role("gateway").kafka
+            started = time.monotonic()
+            (acked, failed, ack_times, killed_at), calls = await asyncio.gather(
+                _load_with_a_leader_kill(gateway, voices, tag, victim, started),
+                _speak_during(url, key, voices, started))
+            calls += await _speak(url, key, voices, "after", AFTER_CALLS, started)
+            answers = await _wait_answers(gateway, set(acked), 240)
     finally:
         worker.terminate()
         worker.wait(60)
@@ -80,10 +107,128 @@ async def test_busiest_leader_killed_under_load_loses_no_acknowledged_request(
               "duplicates": sum(c - 1 for c in counts.values()),
               "killed": victim.name if victim else None, "killed_at_s": killed_at,
               "longest_produce_ack_gap_s": round(produce_stall, 2),
-              "longest_answer_gap_s": round(answer_stall, 2)}
+              "longest_answer_gap_s": round(answer_stall, 2),
+              "http": _http_report(calls)}
     (cluster.cluster_dir() / "leader-failure.json").write_text(json.dumps(report, indent=1))
     print(f"\nleader failure: {json.dumps(report)}", file=sys.stderr)
     assert_no_secret(log.read_text(), where="the worker's log")
+    gateway_text = gateway_log.read_text(errors="replace")
+    assert_no_secret(gateway_text, where="the gateway's log")
+    assert "AuthorizationFailed" not in gateway_text, gateway_text[-4000:]  # ACLs complete
+    _check_calls(calls)
+
+
+# -- speech requests through the gateway -------------------------------------------------------
+
+@dataclass
+class Call:
+    phase: str  # "during" (the load's 32 s, kill and restart included) or "after"
+    sent_s: float  # since the load started
+    took_s: float
+    status: int | None  # None: no HTTP status came back (the connection failed or hung)
+    streamed: bool
+    audio_bytes: int
+    expected_bytes: int
+    error: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return self.status == 200 and self.audio_bytes == self.expected_bytes and not self.error
+
+
+def _text(caller: int, i: int) -> str:
+    """Letters only: the worker's text front-end leaves it as it is, so the bench engine's
+    length for it is known here."""
+    words = ["amber", "birch", "cedar", "dune", "ember", "fjord", "grove", "heath"]
+    return f"Caller {words[caller % 8]} says {words[i % 8]} and {words[(i // 8) % 8]}."
+
+
+def _expected_pcm_bytes(text: str) -> int:
+    seconds = BenchEngine().seconds_for(SynthesisItem(text=text, language="en", speed=1.0))
+    return 2 * max(1, round(seconds * SAMPLE_RATE))
+
+
+async def _speak_during(url: str, key: str, voices: list[str], started: float) -> list[Call]:
+    per_caller = await asyncio.gather(*(
+        _speak(url, key, voices, "during", None, started, caller=c) for c in range(CALLERS)))
+    return [call for calls in per_caller for call in calls]
+
+
+async def _speak(url: str, key: str, voices: list[str], phase: str, count: int | None,
+                 started: float, *, caller: int = CALLERS) -> list[Call]:
+    """One caller's requests, one at a time: `count` of them, or until the load ends.
+    Even ones ask for a whole wav file, odd ones for raw PCM streamed as it is made."""
+    calls: list[Call] = []
+    timeout = httpx.Timeout(HANG_BOUND_S, connect=5.0)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout,
+                                 headers={"Authorization": f"Bearer {key}"}) as http:
+        i = 0
+        while (count is None and time.monotonic() - started < PRODUCE_S) or \
+                (count is not None and i < count):
+            text, streamed = _text(caller, i), i % 2 == 1
+            body = {"model": "tts-1", "voice": voices[(caller * 5 + i) % len(voices)],
+                    "input": text, "response_format": "pcm" if streamed else "wav"}
+            if streamed:
+                body["stream_format"] = "audio"
+            calls.append(await _call(http, body, phase, started, streamed,
+                                     _expected_pcm_bytes(text)))
+            i += 1
+            await asyncio.sleep(CALL_PAUSE_S)
+    return calls
+
+
+async def _call(http: httpx.AsyncClient, body: dict[str, str], phase: str, started: float,
+                streamed: bool, expected: int) -> Call:
+    sent = time.monotonic()
+    status: int | None = None
+    data, error = b"", ""
+    try:
+        async with http.stream("POST", "/v1/audio/speech", json=body) as response:
+            status = response.status_code
+            data = b"".join([piece async for piece in response.aiter_bytes()])
+    except httpx.HTTPError as exc:  # a hang past the bound, or a stream cut after its 200
+        error = f"{type(exc).__name__}: {exc}"
+    took = time.monotonic() - sent
+    audio = len(data)
+    if status == 200 and not streamed and not error:
+        with wave.open(io.BytesIO(data)) as w:  # the header's length matches what came
+            audio = w.getnframes() * w.getsampwidth()
+            if len(data) - 44 != audio or w.getframerate() != SAMPLE_RATE:
+                error = f"wav of {len(data)} bytes declares {audio} bytes of frames"
+    elif status is not None and status != 200:
+        error = data.decode(errors="replace")[:300]
+    return Call(phase, round(sent - started, 2), round(took, 2), status, streamed, audio,
+                expected, error)
+
+
+def _check_calls(calls: list[Call]) -> None:
+    during = [c for c in calls if c.phase == "during"]
+    after = [c for c in calls if c.phase == "after"]
+    assert len(during) >= CALLERS * 10, f"only {len(during)} speech requests during the load"
+    for call in calls:
+        if call.status == 200:  # every 200 carries the whole clip, never a cut stream
+            assert call.complete, call
+        else:  # the stall's failures: a documented status within the bound, never a 500
+            assert call.status in DOCUMENTED_FAILURES, call
+        assert call.took_s < HANG_BOUND_S, call
+    assert all(c.complete for c in after), [c for c in after if not c.complete]
+    assert any(c.complete for c in during if c.sent_s > RESTART_AT_S), \
+        "no speech request served after the broker's restart"
+
+
+def _http_report(calls: list[Call]) -> dict[str, object]:
+    served = sorted((c.sent_s + c.took_s) for c in calls if c.status == 200)
+    gaps = [b - a for a, b in itertools.pairwise(served)]
+    return {"requests": len(calls),
+            "statuses": dict(Counter(str(c.status) for c in calls)),
+            "longest_200_s": max((c.took_s for c in calls if c.status == 200), default=None),
+            "longest_failed_s": max((c.took_s for c in calls if c.status != 200), default=None),
+            "longest_gap_between_200s_s": round(max(gaps), 2) if gaps else None,
+            "p50_200_s": _median([c.took_s for c in calls if c.status == 200])}
+
+
+def _median(values: list[float]) -> float | None:
+    return sorted(values)[len(values) // 2] if values else None
 
 
 async def _busiest_leader(admin_kafka: KafkaSettings, topic: str) -> cluster.Node:
@@ -99,7 +244,7 @@ async def _busiest_leader(admin_kafka: KafkaSettings, topic: str) -> cluster.Nod
 
 
 async def _load_with_a_leader_kill(kafka: KafkaSettings, voices: list[str], tag: str,
-                                   victim: cluster.Node,
+                                   victim: cluster.Node, started: float,
                                    ) -> tuple[list[str], int, list[float], float]:
     producer = make_producer(kafka, linger_ms=5)
     await producer.start()
@@ -107,7 +252,6 @@ async def _load_with_a_leader_kill(kafka: KafkaSettings, voices: list[str], tag:
     ack_times: list[float] = []
     failed = 0
     pending: set[asyncio.Task[None]] = set()
-    started = time.monotonic()
     killed_at = -1.0
 
     async def send(request: SynthesisRequest) -> None:
