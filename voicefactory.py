@@ -214,12 +214,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_aggregator(args: argparse.Namespace) -> int:
     from consumers import logs
     from consumers.aggregator.app import run
+    from consumers.kafka_access import refused_login
     from consumers.wiring import build_aggregator
 
     logs.configure(args.log_format)
     settings = _settings(args).with_overrides(aggregator={
         "port": args.port, "job_timeout_seconds": args.job_timeout, "job_gap_ms": args.gap_ms,
         "datadir": args.datadir})
+    # faust reports a refused login or an untrusted CA as a traceback ending in "Unable to
+    # bootstrap"; asked first, the reason is one line (as the worker and the gateway say it).
+    refused = asyncio.run(refused_login(settings.kafka))
+    if refused is not None:
+        print(f"error: {refused}", file=sys.stderr)
+        return EXIT_FAIL
     return run(build_aggregator(settings))
 
 

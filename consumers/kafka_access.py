@@ -89,6 +89,15 @@ def _login_refused(kafka: KafkaSettings) -> str:
 async def diagnose(kafka: KafkaSettings, timeout_s: float = 10.0) -> str:
     """Dial the first bootstrap broker with these settings and say why it fails."""
     first = kafka.bootstrap.split(",")[0].strip()
+    return (await refused_login(kafka, timeout_s)
+            or f"Kafka at {first} accepts this login; the other bootstrap brokers did not answer")
+
+
+async def refused_login(kafka: KafkaSettings, timeout_s: float = 10.0) -> str | None:
+    """Why the first bootstrap broker refuses a connection with these settings (login, TLS,
+    nothing listening), in one line; None when it accepts it. For clients whose own start
+    reports a refusal poorly (faust: a traceback ending in "Unable to bootstrap")."""
+    first = kafka.bootstrap.split(",")[0].strip()
     host, _, port = first.rpartition(":")
     try:
         conn = await asyncio.wait_for(
@@ -113,7 +122,7 @@ async def diagnose(kafka: KafkaSettings, timeout_s: float = 10.0) -> str:
     except (OSError, TimeoutError) as exc:
         return f"cannot reach Kafka at {first}: {exc or type(exc).__name__}"
     conn.close()
-    return f"Kafka at {first} accepts this login; the other bootstrap brokers did not answer"
+    return None
 
 
 async def reason(exc: BaseException, kafka: KafkaSettings) -> str | None:

@@ -100,6 +100,20 @@ def test_a_wrong_password_fails_fast_and_names_the_user_not_the_password(
     assert_no_secret(out)
 
 
+def test_the_aggregator_with_a_wrong_password_says_so_in_one_line(role: RoleSettings) -> None:
+    """faust alone would end in a traceback of "Unable to bootstrap"; the CLI asks first."""
+    wrong = "not-" + role.env("aggregator")["VF_KAFKA_SASL_PASSWORD"]
+    code, out, took = cli({**role.env("aggregator"), "VF_KAFKA_SASL_PASSWORD": wrong,
+                           "VF_METRICS_PORT": "-1"}, "aggregator", "--port", "0")
+    assert code == 1, out
+    assert out.strip().splitlines() == [
+        f"error: Kafka at {cluster.bootstrap()} refused the login of User:aggregator "
+        "(SCRAM-SHA-512): wrong username or password (VF_KAFKA_SASL_USERNAME / "
+        "VF_KAFKA_SASL_PASSWORD)"]
+    assert took < 30
+    assert_no_secret(out)
+
+
 def test_an_unknown_ca_fails_fast_and_says_so(role: RoleSettings, tmp_path: Path) -> None:
     other_ca = tls.ensure_tls(tmp_path / "other", [])  # a CA that signed none of the nodes
     code, out, took = cli({**role.env("worker"), "VF_KAFKA_SSL_CAFILE": str(other_ca)},
