@@ -9,7 +9,9 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
                                          named {line:04d}-{request_id}.{format}
     GET /v1/jobs/{id}/timeline           job.json's timeline: each line's start and end (s)
     GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet:
-        partitions, backlog/queued/inflight and slots per lane, hot voices, age), the lag
+        partitions, backlog/queued/inflight and slots per lane, hot voices, age, and since
+        each worker started its profile cache lookups and failed results by error code),
+        the fleet's cache hit ratio and errors by code summed over the workers heard, the lag
         sampler's last sample per partition of tts.requests.interactive, this replica's
         open streams and reply partitions, and its 4xx/5xx answers by route and status
         (its own vf_gateway_requests_total): no Prometheus server needed.
@@ -36,6 +38,7 @@ from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from pipeline import keys
 from topics.events import JobCompleted, VoiceRegistration
+from topics.fleet import ProfileCounts, WorkerStatus
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
 MAX_ZIP_BYTES = 512 * 2**20  # a zip is built in memory: larger jobs download clip by clip
@@ -175,6 +178,31 @@ def responses_by_status(gw: Gateway) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: (-e["count"], e["route"], e["status"]))
 
 
+def hit_ratio(profiles: ProfileCounts | None) -> float | None:
+    """Lookups answered from a worker's memory, of all lookups; None before any."""
+    if profiles is None or profiles.lookups == 0:
+        return None
+    return round(profiles.hit / profiles.lookups, 4)
+
+
+def fleet_counts(statuses: list[WorkerStatus]) -> dict[str, Any]:
+    """The workers' own counts, summed: profile cache lookups with their hit ratio (workers
+    that send none are left out) and failed results by error code, most first."""
+    profiles = ProfileCounts()
+    errors: dict[str, int] = {}
+    for status in statuses:
+        if status.profiles is not None:
+            profiles.hit += status.profiles.hit
+            profiles.store += status.profiles.store
+            profiles.miss += status.profiles.miss
+        for code, count in status.errors.items():
+            errors[code] = errors.get(code, 0) + count
+    return {"cache": {"hit": profiles.hit, "store": profiles.store, "miss": profiles.miss,
+                      "hit_ratio": hit_ratio(profiles)},
+            "errors_by_code": [{"code": code, "count": count} for code, count in
+                               sorted(errors.items(), key=lambda e: (-e[1], e[0]))]}
+
+
 def workers(gw: Gateway) -> list[dict[str, Any]]:
     if gw.fleet is None:
         return []
@@ -190,7 +218,11 @@ def workers(gw: Gateway) -> list[dict[str, Any]]:
                            "slots": lane.slots, "load": lane.load}
         out.append({"id": status.worker, "alive": router.alive(status.worker),
                     "draining": status.draining, "age_s": round((now_ms - status.at_ms) / 1000, 1),
-                    "hot_voices": len(status.hot), "lanes": lanes})
+                    "hot_voices": len(status.hot), "lanes": lanes,
+                    "cache": None if status.profiles is None else {
+                        "hit": status.profiles.hit, "store": status.profiles.store,
+                        "miss": status.profiles.miss, "hit_ratio": hit_ratio(status.profiles)},
+                    "errors": dict(status.errors)})
     return out
 
 
@@ -203,6 +235,7 @@ async def fleet(request: Request) -> Response:
         "view": {"available": gw.fleet is not None and gw.fleet.available,
                  "records": gw.fleet.records if gw.fleet is not None else 0},
         "workers": workers(gw),
+        **fleet_counts(gw.fleet.router.statuses() if gw.fleet is not None else []),
         "interactive_lag": {"total": gw.lag.lag, "threshold": limits.lag_threshold,
                             "partitions": {str(p): n for p, n in
                                            sorted(gw.lag.by_partition.items())}},
