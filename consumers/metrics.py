@@ -44,6 +44,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from topics.errors import ErrorCode
+
 __all__ = ["CONTENT_TYPE", "CONTROL_RESULTS", "FIRST_CHUNK_SINCE", "LANES", "PROFILE_RESULTS",
            "REBALANCE_KINDS", "STAGES", "STATUSES", "WorkerMetrics"]
 
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 # un-negotiated handler labels it 0.0.4, which every Prometheus version reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+ERROR_CODES = frozenset(c.value for c in ErrorCode)
 STATUSES = ("succeeded", "failed", "rejected", "expired", "cancelled")
 CONTROL_RESULTS = ("applied", "invalid", "expired")
 STAGES = ("queued", "profile", "synthesis", "encode", "upload", "total")
@@ -148,6 +151,9 @@ class WorkerMetrics:
         for kind in REBALANCE_KINDS:
             self._rebalances.labels(kind=kind)
         self._requests.labels(status="succeeded", code="")
+        # The same counts as plain numbers for the fleet status (consumers/worker/fleet.py).
+        self.profile_counts: dict[str, int] = dict.fromkeys(PROFILE_RESULTS, 0)
+        self.error_counts: dict[str, int] = {}  # ErrorCode value -> failed results
 
     # -- requests and results ------------------------------------------------------------
     def on_request_in(self) -> None:
@@ -155,6 +161,8 @@ class WorkerMetrics:
 
     def on_result(self, status: str, code: str | None) -> None:
         self._requests.labels(status=status, code=str(code) if code else "").inc()
+        if status != "succeeded" and code and str(code) in ERROR_CODES:  # a closed set
+            self.error_counts[str(code)] = self.error_counts.get(str(code), 0) + 1
 
     def observe_stages(self, timings_ms: dict[str, float]) -> None:
         """Record per-stage timings given in milliseconds (as in the result event) as seconds.
@@ -207,6 +215,8 @@ class WorkerMetrics:
     def on_profile(self, result: str) -> None:
         """`result` is hit (in-process LRU), store (loaded from the object store) or miss."""
         self._profile.labels(result=result).inc()
+        if result in self.profile_counts:
+            self.profile_counts[result] += 1
 
     # -- consumer group ----------------------------------------------------------------------
     def set_lag(self, topic: str, partition: int, lag: int) -> None:

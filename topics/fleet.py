@@ -9,7 +9,10 @@ never from the key, so any key is correct and the shard only says where the work
 about every `interval_ms`: the partitions of each request lane it owns, how much work waits
 for it in each lane, its device slots per lane and the voices whose profiles it holds. A
 router keeps the latest status per worker and treats one older than `stale_after_ms()` as
-gone; a worker that stops cleanly writes a tombstone (null value) under its key.
+gone; a worker that stops cleanly writes a tombstone (null value) under its key. Two
+optional counts since the worker started ride along for the console's fleet page: its profile
+cache lookups (hit/store/miss) and its failed results by error code (at most one entry per
+`topics.errors.ErrorCode`, so the record stays small).
 """
 
 from __future__ import annotations
@@ -61,6 +64,18 @@ class LaneLoad(msgspec.Struct, omit_defaults=True, kw_only=True):
         return self.backlog + self.queued + self.inflight
 
 
+class ProfileCounts(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A worker's voice profile lookups since it started (its vf_profile_cache_total)."""
+
+    hit: int = 0  # found in the worker's in-process cache
+    store: int = 0  # loaded from the object store
+    miss: int = 0  # in neither: computed from the reference
+
+    @property
+    def lookups(self) -> int:
+        return self.hit + self.store + self.miss
+
+
 class WorkerStatus(msgspec.Struct, omit_defaults=True, kw_only=True, tag_field="schema",
                    tag=FLEET_SCHEMA):
     worker: str
@@ -69,6 +84,9 @@ class WorkerStatus(msgspec.Struct, omit_defaults=True, kw_only=True, tag_field="
     lanes: dict[str, LaneLoad] = msgspec.field(default_factory=dict)  # "batch", "interactive"
     hot: list[str] = msgspec.field(default_factory=list)  # voices with a profile in RAM
     draining: bool = False  # stopping: route nothing new here
+    # Since the worker started; optional, so routers of before read the record as they did.
+    profiles: ProfileCounts | None = None
+    errors: dict[str, int] = msgspec.field(default_factory=dict)  # ErrorCode -> results
 
     def stale_after_ms(self) -> int:
         return self.at_ms + STALE_INTERVALS * self.interval_ms

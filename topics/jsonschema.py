@@ -89,7 +89,8 @@ _DESCRIPTIONS = {
                     "logged and skipped by its readers.",
     FLEET_SCHEMA: "A worker's status on the compacted tts.fleet, keyed by its worker ID and "
                   "rewritten every interval_ms: the partitions it owns in each request lane, "
-                  "the work waiting for it there and the voices whose profiles it holds. "
+                  "the work waiting for it there, the voices whose profiles it holds and "
+                  "its profile cache and error counts since it started. "
                   f"Routers treat a status older than {STALE_INTERVALS} intervals as a worker "
                   "gone; a tombstone (null value) says it stopped.",
 }
@@ -296,6 +297,22 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("WorkerStatus", "draining"): {
         "description": "the worker is stopping (SIGTERM): route nothing new to it",
     },
+    ("WorkerStatus", "profiles"): {
+        "description": "the worker's voice profile lookups since it started "
+                       "(vf_profile_cache_total): hit in memory, loaded from the store, "
+                       "or computed (miss); absent from workers of before",
+    },
+    ("WorkerStatus", "errors"): {
+        "propertyNames": {"enum": [code.value for code in ErrorCode]},
+        "additionalProperties": {"type": "integer", "minimum": 1},
+        "maxProperties": len(ErrorCode),
+        "description": "results the worker answered other than succeeded since it started, "
+                       "by error code (codes with none are left out)",
+    },
+    ("ProfileCounts", "hit"): {"minimum": 0, "description": "found in the worker's memory"},
+    ("ProfileCounts", "store"): {"minimum": 0,
+                                 "description": "loaded from the object store"},
+    ("ProfileCounts", "miss"): {"minimum": 0, "description": "computed from the reference"},
     ("LaneLoad", "partitions"): {
         "items": {"type": "integer", "minimum": 0},
         "description": "the lane topic's partitions this worker owns",

@@ -11,7 +11,9 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
         (a job's routes read its latest finished version, `revisions.latest_finished`, as
         GET /v1/jobs/{id} does: a revision's carried clips are in its own job.json)
     GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet:
-        partitions, backlog/queued/inflight and slots per lane, hot voices, age), the lag
+        partitions, backlog/queued/inflight and slots per lane, hot voices, age, and since
+        each worker started its profile cache lookups and failed results by error code),
+        the fleet's cache hit ratio and errors by code summed over the workers heard, the lag
         sampler's last sample per partition of tts.requests.interactive, this replica's
         open streams and reply partitions, and its 4xx/5xx answers by route and status
         (its own vf_gateway_requests_total): no Prometheus server needed.
@@ -40,6 +42,7 @@ from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from pipeline import keys
 from topics.events import ClipSpan, JobCompleted, VoiceRegistration
+from topics.fleet import ProfileCounts, WorkerStatus
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
 MAX_ZIP_BYTES = 512 * 2**20  # a zip is built in memory: larger jobs download clip by clip
@@ -68,6 +71,20 @@ class FleetLane(msgspec.Struct, kw_only=True):
     load: int  # backlog + queued + inflight
 
 
+class FleetCache(msgspec.Struct, kw_only=True):
+    """Profile cache lookups since a worker started (or summed over the fleet)."""
+
+    hit: int
+    store: int
+    miss: int
+    hit_ratio: float | None  # hit / lookups; None before any lookup
+
+
+class CodeCount(msgspec.Struct, kw_only=True):
+    code: str  # an error code of the closed set (topics.errors.ErrorCode)
+    count: int
+
+
 class FleetWorker(msgspec.Struct, kw_only=True):
     id: str
     alive: bool
@@ -75,6 +92,8 @@ class FleetWorker(msgspec.Struct, kw_only=True):
     age_s: float  # since its last status on tts.fleet
     hot_voices: int
     lanes: dict[str, FleetLane]  # "batch", "interactive"
+    cache: FleetCache | None  # None: a worker whose status carries no counts (older)
+    errors: dict[str, int]  # answers other than succeeded, by error code, since it started
 
 
 class FleetView(msgspec.Struct, kw_only=True):
@@ -107,6 +126,8 @@ class Fleet(msgspec.Struct, kw_only=True):
     routing: Literal["fleet", "voice_id"]
     view: FleetView
     workers: list[FleetWorker]
+    cache: FleetCache  # summed over the workers heard
+    errors_by_code: list[CodeCount]  # the workers' failed answers, most first
     interactive_lag: InteractiveLag
     gateway: ReplicaState
     errors: list[ErrorCount]
@@ -248,6 +269,34 @@ def responses_by_status(gw: Gateway) -> list[ErrorCount]:
     return sorted(out, key=lambda e: (-e.count, e.route, e.status))
 
 
+def hit_ratio(profiles: ProfileCounts | None) -> float | None:
+    """Lookups answered from a worker's memory, of all lookups; None before any."""
+    if profiles is None or profiles.lookups == 0:
+        return None
+    return round(profiles.hit / profiles.lookups, 4)
+
+
+def cache_of(profiles: ProfileCounts) -> FleetCache:
+    return FleetCache(hit=profiles.hit, store=profiles.store, miss=profiles.miss,
+                      hit_ratio=hit_ratio(profiles))
+
+
+def fleet_counts(statuses: list[WorkerStatus]) -> tuple[FleetCache, list[CodeCount]]:
+    """The workers' own counts, summed: profile cache lookups with their hit ratio (workers
+    that send none are left out) and failed results by error code, most first."""
+    profiles = ProfileCounts()
+    errors: dict[str, int] = {}
+    for status in statuses:
+        if status.profiles is not None:
+            profiles.hit += status.profiles.hit
+            profiles.store += status.profiles.store
+            profiles.miss += status.profiles.miss
+        for code, count in status.errors.items():
+            errors[code] = errors.get(code, 0) + count
+    return cache_of(profiles), [CodeCount(code=code, count=count) for code, count in
+                                sorted(errors.items(), key=lambda e: (-e[1], e[0]))]
+
+
 def workers(gw: Gateway) -> list[FleetWorker]:
     if gw.fleet is None:
         return []
@@ -264,19 +313,23 @@ def workers(gw: Gateway) -> list[FleetWorker]:
         out.append(FleetWorker(id=status.worker, alive=router.alive(status.worker),
                                draining=status.draining,
                                age_s=round((now_ms - status.at_ms) / 1000, 1),
-                               hot_voices=len(status.hot), lanes=lanes))
+                               hot_voices=len(status.hot), lanes=lanes,
+                               cache=None if status.profiles is None
+                               else cache_of(status.profiles),
+                               errors=dict(status.errors)))
     return out
 
 
 async def fleet(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     limits = gw.settings.gateway
+    cache, by_code = fleet_counts(gw.fleet.router.statuses() if gw.fleet is not None else [])
     return _json(Fleet(
         object="fleet",
         routing="fleet" if gw.fleet is not None else "voice_id",
         view=FleetView(available=gw.fleet is not None and gw.fleet.available,
                        records=gw.fleet.records if gw.fleet is not None else 0),
-        workers=workers(gw),
+        workers=workers(gw), cache=cache, errors_by_code=by_code,
         interactive_lag=InteractiveLag(
             total=gw.lag.lag, threshold=limits.lag_threshold,
             partitions={str(p): n for p, n in sorted(gw.lag.by_partition.items())}),

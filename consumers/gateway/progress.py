@@ -4,8 +4,8 @@ Results of a job are keyed by its job ID, so they all sit in one partition. The 
 `created_at` (script.json) -> ListOffsets by timestamp gives the first offset that can hold
 one of its results -> a group-less consumer reads from there to the end offset noted at the
 start (never waiting for new records) -> one status per line index (the latest answer wins,
-duplicates count once). Bounded by `limit_s`: a status call never hangs on a busy partition;
-it then says `complete: false`.
+duplicates count once), with the error code of a line that did not succeed. Bounded by
+`limit_s`: a status call never hangs on a busy partition; it then says `complete: false`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,21 @@ from topics.specs import RESULTS
 @dataclass
 class Progress:
     statuses: dict[int, str] = field(default_factory=dict)  # line index -> latest status
+    codes: dict[int, str] = field(default_factory=dict)  # line index -> error code, if failed
     complete: bool = True  # False when the read stopped at limit_s
+
+    def answer(self, index: int, status: str, code: str | None) -> None:
+        """Line `index`'s latest answer: it replaces an earlier one, code included."""
+        self.statuses[index] = status
+        if status != "succeeded" and code:
+            self.codes[index] = code
+        else:
+            self.codes.pop(index, None)
+
+    def lines(self) -> list[tuple[int, str, str | None]]:
+        """(index, status, error code or None) of each answered line, in line order: at most
+        one per line of the script (10,000)."""
+        return [(i, self.statuses[i], self.codes.get(i)) for i in sorted(self.statuses)]
 
     @property
     def done(self) -> int:
@@ -53,7 +67,8 @@ async def job_progress(kafka: KafkaSettings, topic: str, job_id: str, created_at
             result = decode_result(record.value)
             if result.job is not None and result.job.id == job_id and \
                     (result.job.version or 1) == version:  # a revision counts its own lines
-                progress.statuses[result.job.index] = result.status
+                progress.answer(result.job.index, result.status,
+                                result.error.code if result.error is not None else None)
 
     try:
         consumer.assign([tp])

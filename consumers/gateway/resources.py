@@ -200,6 +200,15 @@ class JobFinished(msgspec.Struct, kw_only=True):
     track: AudioRef | None
 
 
+class LineProgress(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One answered line of a running job: its latest status, and its error code when it did
+    not succeed."""
+
+    index: int  # 0-based line of the script
+    status: str  # succeeded | failed (topics.events.SynthesisResult.status)
+    code: str | None = None  # topics.errors.ErrorCode of a line that did not succeed
+
+
 class JobRunning(msgspec.Struct, kw_only=True):
     """A job still open: its lines answered so far, read from tts.results."""
 
@@ -213,6 +222,8 @@ class JobRunning(msgspec.Struct, kw_only=True):
     succeeded: int
     failed: int
     progress_complete: bool  # False: the read stopped at its time limit
+    # Each answered line, in line order (at most one per line); absent from older gateways.
+    lines: list[LineProgress] = msgspec.field(default_factory=list)
 
 
 def _json(obj: msgspec.Struct, status: int = 200) -> Response:
@@ -435,7 +446,9 @@ async def job(request: Request) -> Response:
                             carried=len(manifest.carried), done=progress.done,
                             succeeded=progress.succeeded,
                             failed=progress.done - progress.succeeded,
-                            progress_complete=progress.complete))
+                            progress_complete=progress.complete,
+                            lines=[LineProgress(index=i, status=st, code=code)
+                                   for i, st, code in progress.lines()]))
 
 
 async def voices(request: Request) -> Response:

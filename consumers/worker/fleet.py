@@ -4,7 +4,10 @@
         records on them not yet fetched (high watermark - position), the fetched ones still
         queued (VoiceBatcher) and the rest of those taken and unanswered (Checkpoint, on the
         device or being published), its device slots -> `WorkerStatus` (topics/fleet.py),
-        plus the voices whose profiles the cache holds -> tts.fleet, keyed by worker ID
+        plus the voices whose profiles the cache holds, and since the worker started its
+        profile cache lookups (hit/store/miss) and its failed results by error code
+        (WorkerMetrics' plain counts, the numbers behind vf_profile_cache_total and
+        vf_requests_total) -> tts.fleet, keyed by worker ID
     draining (SIGTERM): one status saying so, so routers stop sending here at once
     stopped: a tombstone under the key, so routers forget this worker without waiting
 
@@ -22,10 +25,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from consumers.metrics import WorkerMetrics
 from consumers.worker.batching import Lane, VoiceBatcher
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.lanes import lane_of
-from topics.fleet import MAX_HOT_VOICES, LaneLoad, WorkerStatus, encode_status
+from topics.fleet import MAX_HOT_VOICES, LaneLoad, ProfileCounts, WorkerStatus, encode_status
 from topics.specs import TopicNames
 
 log = logging.getLogger(__name__)
@@ -38,7 +42,8 @@ class StatusReporter:
                  checkpoint: Checkpoint, batcher: VoiceBatcher[Any],
                  slots: Mapping[Lane, int], interval_ms: int,
                  hot: Callable[[], list[str]] = list,
-                 draining: Callable[[], bool] = lambda: False) -> None:
+                 draining: Callable[[], bool] = lambda: False,
+                 metrics: WorkerMetrics | None = None) -> None:
         self.worker_id = worker_id
         self._producer = producer
         self._consumer = consumer
@@ -49,6 +54,7 @@ class StatusReporter:
         self._interval_ms = interval_ms
         self._hot = hot
         self._draining = draining
+        self._metrics = metrics
         self.sent = 0
         self.missing_topic = False
 
@@ -71,9 +77,14 @@ class StatusReporter:
         for name, load in lanes.items():
             load.queued = self._batcher.qsize(name)  # type: ignore[arg-type]
             load.inflight = max(0, taken[name] - load.queued)
+        profiles, errors = None, {}
+        if self._metrics is not None:
+            profiles = ProfileCounts(**self._metrics.profile_counts)
+            errors = dict(sorted(self._metrics.error_counts.items()))
         return WorkerStatus(worker=self.worker_id, at_ms=int(time.time() * 1000),
                             interval_ms=self._interval_ms, lanes=lanes,
-                            hot=self._hot()[:MAX_HOT_VOICES], draining=self._draining())
+                            hot=self._hot()[:MAX_HOT_VOICES], draining=self._draining(),
+                            profiles=profiles, errors=errors)
 
     async def _unfetched(self, tp: Any) -> int:
         high = self._consumer.highwater(tp)

@@ -230,7 +230,8 @@ class SynthesisWorker(WorkerLifecycle):
                                names=self._names, checkpoint=self.checkpoint,
                                batcher=self.batcher, slots=self.shape.slots,
                                interval_ms=self._settings.routing.fleet_interval_ms,
-                               hot=self._hot_voices, draining=self._stopping.is_set)
+                               hot=self._hot_voices, draining=self._stopping.is_set,
+                               metrics=self.metrics)
         lanes.check_assignor(s.assignor)
         consumer.subscribe(lanes.lane_topics(self._names), listener=RevocationListener(
             checkpoint=self.checkpoint, batcher=self.batcher, metrics=self.metrics,

@@ -506,12 +506,19 @@ async function jobsPage(live) {
   const named = (job) => (job.version > 1 ? `${job.id} v${job.version}` : job.id);
 
   function showRunning(job, lines) {
+    const byIndex = new Map((job.lines || []).map((a) => [a.index, a]));
     view.replaceChildren(el("h2", {}, `Job ${named(job)}: running`),
       el("p", { id: "j-state" }, `${job.done} of ${job.total} line(s) answered `
         + `(${job.succeeded} succeeded, ${job.failed} failed).`),
       el("progress", { max: job.total, value: job.done, "aria-label": "Lines answered" }),
-      table("The script's lines (per-line results come when the job closes)",
-        ["line", "voice", "text"], lines.map((l, i) => [String(i + 1), l.voice || "", l.text || ""])));
+      table("Each line's status so far (clips come when the job closes)",
+        ["line", "voice", "text", "status"], lines.map((l, i) => {
+          const answer = byIndex.get(i);
+          const status = !answer ? el("span", {}, "waiting")
+            : el("span", { class: answer.status === "succeeded" ? "ok" : "bad" },
+              answer.code ? `${answer.status} (${answer.code})` : answer.status);
+          return [String(i + 1), l.voice || "", l.text || "", status];
+        })));
   }
 
   function fileButton(job, what, label, name, disabled = false) {
@@ -588,8 +595,9 @@ async function jobsPage(live) {
 async function fleetPage(live) {
   const body = el("div", { id: "f-body" }, el("p", {}, "Loading..."));
   main.replaceChildren(el("h1", {}, "Fleet"),
-    el("p", {}, "What this gateway replica reads: the workers' statuses on tts.fleet, the "
-      + "interactive lane's lag, and its own error answers. Refreshed every 2 s."), body);
+    el("p", {}, "What this gateway replica reads: the workers' statuses on tts.fleet (with "
+      + "their profile cache and error counts), the interactive lane's lag, and its own error "
+      + "answers. Refreshed every 2 s."), body);
 
   async function refresh() {
     let f;
@@ -601,16 +609,28 @@ async function fleetPage(live) {
       const l = w.lanes[name];
       return `${l.load} waiting / ${l.slots} slot(s); partitions ${l.partitions.join(", ") || "none"}`;
     };
+    const ratio = (c) => (!c || c.hit_ratio === null ? "no lookups yet"
+      : `${(c.hit_ratio * 100).toFixed(1)}% of ${c.hit + c.store + c.miss}`);
     body.replaceChildren(
       el("p", {}, `Routing: ${f.routing}. This replica (${f.gateway.instance}): `
         + `${f.gateway.open_streams} open stream(s), reply partitions `
         + `${f.gateway.reply_partitions.join(", ") || "none"}.`),
       el("h2", {}, "Workers"),
       f.workers.length ? table(`${f.workers.length} worker(s)`, ["worker", "state", "interactive",
-        "batch", "hot voices", "status age"], f.workers.map((w) => [w.id,
+        "batch", "hot voices", "profile cache hits", "status age"], f.workers.map((w) => [w.id,
         el("span", { class: w.alive ? "ok" : "bad" }, w.draining ? "draining" : (w.alive ? "live" : "stale")),
-        lane(w, "interactive"), lane(w, "batch"), String(w.hot_voices), `${w.age_s} s`]))
+        lane(w, "interactive"), lane(w, "batch"), String(w.hot_voices),
+        w.cache ? ratio(w.cache) : "not reported", `${w.age_s} s`]))
         : el("p", {}, f.view.available ? "No worker status on tts.fleet." : "No fleet view (routing by voice ID)."),
+      el("h2", {}, "Profile cache"),
+      el("p", { id: "f-cache" }, `Fleet-wide hit ratio: ${ratio(f.cache)}`
+        + (f.cache.hit_ratio === null ? "." : ` lookup(s) (${f.cache.store} loaded from the `
+          + `store, ${f.cache.miss} computed), since each worker started.`)),
+      el("h2", {}, "Worker errors by code"),
+      f.errors_by_code.length ? table("Results other than succeeded, by error code, since "
+        + "each worker started", ["code", "results"],
+      f.errors_by_code.map((e) => [e.code, String(e.count)]))
+        : el("p", { id: "f-codes" }, "None reported."),
       el("h2", {}, "Interactive lane lag"),
       el("p", { id: "f-lag" }, lag.total === null ? "Not sampled yet."
         : `${lag.total} request(s) behind (503 above ${lag.threshold}).`),

@@ -13,10 +13,12 @@ and clicks as a person would:
     Speak: a line streamed as pcm into Web Audio: > 1 s of samples scheduled and played,
       in pieces (the first scheduled well before the last arrived), the time to first audio
       shown; the take in the history with a download; an mp3 take, whole
-    Jobs: a 10-line JSONL script pasted, watched until it closes `succeeded`, a clip played,
-      its SRT, the zip of its clips and its timeline downloaded through the console; a
-      failed line of another job run again, alone, as a new job
-    Fleet: the worker's lanes from tts.fleet, the lag table
+    Jobs: a 10-line JSONL script pasted, each line's status shown while it runs, watched
+      until it closes `succeeded`, a clip played, its SRT, the zip of its clips and its
+      timeline downloaded through the console; a failed line of another job run again,
+      alone, as a new job
+    Fleet: the worker's lanes from tts.fleet, its profile cache hit ratio and the fleet's,
+      a failed line's engine_error in the errors by code, the lag table
     every page: axe-core (vendored, tests/integration/console/vendor) finds no serious or
       critical violation; no horizontal scroll at 360 px wide; the key never in a URL or
       localStorage, nor in any process's log; the whole console works by keyboard alone
@@ -368,9 +370,27 @@ def test_a_10_line_script_runs_to_done_and_its_srt_downloads(
     page.get_by_label("Job ID").fill(job_id)
     page.get_by_label("Script", exact=True).fill("\n".join(
         f'{{"voice": "{stack.voice}", "text": "{text}"}}' for text in lines))
+    # Every running view the page shows, as it shows it: its lines' status cells and the
+    # count it says were answered (a poll each second, the job closes within seconds).
+    page.evaluate("""() => { window.runningViews = [];
+      new MutationObserver(() => {
+        const h = document.querySelector('#j-view h2');
+        if (!h || !h.textContent.endsWith(': running')) return;
+        window.runningViews.push({
+          state: document.querySelector('#j-state').textContent,
+          cells: [...document.querySelectorAll('#j-view tbody tr')].map(
+            (r) => r.lastElementChild.textContent)});
+      }).observe(document.querySelector('main'), { childList: true, subtree: true }); }""")
     page.get_by_role("button", name="Submit job").click()
     heading = page.locator("#j-view h2")
     expect(heading).to_have_text(f"Job {job_id}: succeeded", timeout=120_000)
+    running = page.evaluate("() => window.runningViews")
+    assert running, "the job closed before the page showed it running"
+    for view in running:  # every line listed, each answered one with its own status
+        assert len(view["cells"]) == 10 and set(view["cells"]) <= {"waiting", "succeeded"}
+        answered = int(view["state"].split(" of ")[0])
+        assert view["cells"].count("succeeded") == answered, view
+    assert any("succeeded" in view["cells"] for view in running), running
     expect(page.locator("#j-view tbody tr")).to_have_count(10)
     expect(page.locator("#j-view tbody .ok")).to_have_count(10)
     page.get_by_role("button", name="Play line 3").click()
@@ -428,11 +448,23 @@ def test_a_failed_line_is_run_again_as_the_jobs_next_version(browser: Browser,
 
 def test_fleet_shows_the_worker_and_the_lag(browser: Browser,
                                             stack: Stack) -> None:
+    # A line the bench engine fails (engine_error), answered before the page opens; the
+    # stack's warm-up line made the worker look its voice's profile up.
+    failed = httpx.post(stack.url + "/v1/audio/speech", timeout=60,
+                        headers={"Authorization": f"Bearer {stack.key}"},
+                        json={"model": "tts-1", "voice": stack.voice, "response_format": "pcm",
+                              "input": "This one fails [[bench:fail]]"})
+    assert failed.status_code >= 400, failed.text
     page = open_console(browser, stack, "fleet")
     worker = stack.settings.worker.instance_id
     row = page.locator("tr", has=page.get_by_role("cell", name=worker, exact=True))
     expect(row).to_contain_text("live")
     expect(row).to_contain_text("slot(s)")
+    expect(row).to_contain_text(re.compile(r"\d+\.\d% of [1-9]\d*"), timeout=10_000)
+    expect(page.locator("#f-cache")).to_contain_text(re.compile(r"hit ratio: \d+\.\d% of"))
+    codes = page.get_by_role("table", name=re.compile("by error code"))
+    expect(codes.locator("tr", has=page.get_by_role("cell", name="engine_error", exact=True))
+           ).to_contain_text(re.compile(r"engine_error\s*[1-9]"), timeout=10_000)
     expect(page.locator("#f-lag")).to_contain_text("request(s) behind", timeout=10_000)
     shot(page, "fleet")
     assert serious_violations(page) == []

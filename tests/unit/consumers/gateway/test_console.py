@@ -30,7 +30,7 @@ from pipeline.storage import ObjectInfo, ObjectStore
 from pipeline.voices import register_voice
 from tests.unit.pipeline.conftest import espeak_wav
 from topics.events import AudioRef, ClipSpan, JobClip, JobCompleted, encode
-from topics.fleet import LaneLoad, WorkerStatus
+from topics.fleet import LaneLoad, ProfileCounts, WorkerStatus
 
 
 class DictStore:
@@ -222,6 +222,8 @@ def test_the_fleet_summary_without_a_view(http: TestClient, auth: dict[str, str]
     gateway.lag.by_partition, gateway.lag.lag = {0: 2, 1: 0}, 2
     summary = http.get("/v1/fleet", headers=auth).json()
     assert summary["routing"] == "voice_id" and summary["workers"] == []
+    assert summary["cache"] == {"hit": 0, "store": 0, "miss": 0, "hit_ratio": None}
+    assert summary["errors_by_code"] == []
     assert summary["interactive_lag"] == {"total": 2, "threshold": 200,
                                           "partitions": {"0": 2, "1": 0}}
     assert {"route": "/v1/voices/{id}/reference", "status": 400, "count": 1} in \
@@ -239,14 +241,28 @@ def test_the_fleet_summary_lists_each_workers_lanes(http: TestClient, auth: dict
                               lanes={"interactive": LaneLoad(partitions=[0, 1], queued=2,
                                                              inflight=1, slots=2)}))
     router.apply(WorkerStatus(worker="w-2", at_ms=now_ms, interval_ms=1000, draining=True))
+    router.apply(WorkerStatus(worker="w-3", at_ms=now_ms, interval_ms=1000,
+                              profiles=ProfileCounts(hit=6, store=1, miss=1),
+                              errors={"engine_error": 2, "text_too_long": 3}))
+    router.apply(WorkerStatus(worker="w-4", at_ms=now_ms, interval_ms=1000,
+                              profiles=ProfileCounts(hit=2),
+                              errors={"engine_error": 2, "voice_not_found": 1}))
     summary = http.get("/v1/fleet", headers=auth).json()
     assert summary["routing"] == "fleet"
-    one, two = summary["workers"]
+    one, two, three, four = summary["workers"]
     assert one["id"] == "w-1" and one["alive"] and one["hot_voices"] == 2
     assert one["lanes"]["interactive"] == {"partitions": [0, 1], "backlog": 0, "queued": 2,
                                            "inflight": 1, "slots": 2, "load": 3}
     assert one["lanes"]["batch"]["load"] == 0
     assert two["id"] == "w-2" and two["draining"] and not two["alive"]
+    assert one["cache"] is None and one["errors"] == {}  # a worker of before: no counts
+    assert three["cache"] == {"hit": 6, "store": 1, "miss": 1, "hit_ratio": 0.75}
+    assert four["cache"] == {"hit": 2, "store": 0, "miss": 0, "hit_ratio": 1.0}
+    assert three["errors"] == {"engine_error": 2, "text_too_long": 3}
+    assert summary["cache"] == {"hit": 8, "store": 1, "miss": 1, "hit_ratio": 0.8}
+    assert summary["errors_by_code"] == [{"code": "engine_error", "count": 4},
+                                         {"code": "text_too_long", "count": 3},
+                                         {"code": "voice_not_found", "count": 1}]
 
 
 def test_a_revised_jobs_files_are_its_latest_finished_versions(
