@@ -26,44 +26,21 @@ from consumers.gateway.keys import KeyRing, add_key
 from consumers.gateway.runtime import Gateway
 from consumers.settings import GatewaySettings, Settings
 from pipeline import keys
-from pipeline.storage import ObjectInfo, ObjectStore
+from pipeline.storage import ObjectStore
 from pipeline.voices import register_voice
+from tests.unit.consumers.gateway.memorystore import MemoryStore
 from tests.unit.pipeline.conftest import espeak_wav
 from topics.events import AudioRef, ClipSpan, JobClip, JobCompleted, encode
 from topics.fleet import LaneLoad, ProfileCounts, WorkerStatus
 
 
-class DictStore:
-    bucket = "vf-test"
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes, content_type: str,
-            metadata: dict[str, str] | None = None) -> None:
-        self.objects[key] = data
-
-    def get(self, key: str) -> bytes | None:
-        return self.objects.get(key)
-
-    def stat(self, key: str) -> ObjectInfo | None:
-        data = self.objects.get(key)
-        return ObjectInfo(key, len(data), {}) if data is not None else None
-
-    def list_prefix(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.objects if k.startswith(prefix))
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
 
 
 @pytest.fixture
-def store() -> DictStore:
-    return DictStore()
-
-
-@pytest.fixture
-def gateway(tmp_path: Path, store: DictStore) -> Gateway:
+def gateway(tmp_path: Path, store: MemoryStore) -> Gateway:
     path = tmp_path / "keys"
     settings = Settings(gateway=GatewaySettings(keys_file=str(path)))
     return Gateway(settings, store=cast(ObjectStore, store), keyring=KeyRing(path))
@@ -126,7 +103,7 @@ def test_new_routes_have_their_own_metric_labels() -> None:
 # -- the voice check's dry run ---------------------------------------------------------------
 
 def test_a_dry_run_answers_the_verdict_table_and_stores_nothing(
-        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+        http: TestClient, auth: dict[str, str], store: MemoryStore) -> None:
     good = espeak_wav()
     answer = http.post("/v1/voices?dry_run=1", headers=auth, files={"reference": ("r.wav", good)},
                        data={"voice_id": "narrator-1", "transcript": "The quick brown fox."})
@@ -149,7 +126,7 @@ def test_a_dry_run_answers_the_verdict_table_and_stores_nothing(
 # -- stored bytes ----------------------------------------------------------------------------
 
 def test_a_voice_reference_is_served_from_the_store(
-        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+        http: TestClient, auth: dict[str, str], store: MemoryStore) -> None:
     reference = espeak_wav()
     register_voice(cast(ObjectStore, store), voice_id="narrator-1", reference=reference,
                    prompt_text=None, language="en")
@@ -161,7 +138,7 @@ def test_a_voice_reference_is_served_from_the_store(
     assert http.get("/v1/voices/a..b/reference", headers=auth).status_code == 400
 
 
-def _closed_job(store: DictStore, bucket: str) -> None:
+def _closed_job(store: MemoryStore, bucket: str) -> None:
     audio = AudioRef(bucket=bucket, key="audio/2026/12/04/ep1-0000.wav", url="s3://x",
                      format="wav", sample_rate=24000, duration_s=1.0, bytes=4, sha256="0")
     clips = [JobClip(index=0, request_id="ep1-0000", voice_id="v", text="One.",
@@ -176,7 +153,7 @@ def _closed_job(store: DictStore, bucket: str) -> None:
 
 
 def test_a_closed_jobs_subtitles_and_clips_are_served(
-        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+        http: TestClient, auth: dict[str, str], store: MemoryStore) -> None:
     _closed_job(store, store.bucket)
     srt = http.get("/v1/jobs/ep1/subtitles", headers=auth)
     assert srt.status_code == 200 and srt.text.startswith("1\n00:00:00,000")
@@ -191,7 +168,7 @@ def test_a_closed_jobs_subtitles_and_clips_are_served(
 
 
 def test_a_closed_jobs_clips_come_as_one_zip_and_its_timeline_as_json(
-        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+        http: TestClient, auth: dict[str, str], store: MemoryStore) -> None:
     _closed_job(store, store.bucket)
     answer = http.get("/v1/jobs/ep1/clips.zip", headers=auth)
     assert answer.status_code == 200 and answer.headers["content-type"] == "application/zip"
@@ -206,7 +183,7 @@ def test_a_closed_jobs_clips_come_as_one_zip_and_its_timeline_as_json(
 
 
 def test_a_clip_in_another_bucket_is_not_served(
-        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+        http: TestClient, auth: dict[str, str], store: MemoryStore) -> None:
     _closed_job(store, "someone-elses")
     answer = http.get("/v1/jobs/ep1/clips/0", headers=auth)
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "clip_not_found"
@@ -266,7 +243,7 @@ def test_the_fleet_summary_lists_each_workers_lanes(http: TestClient, auth: dict
 
 
 def test_a_revised_jobs_files_are_its_latest_finished_versions(
-        http: TestClient, auth: dict[str, str], store: DictStore) -> None:
+        http: TestClient, auth: dict[str, str], store: MemoryStore) -> None:
     _closed_job(store, store.bucket)
     event = JobCompleted(job_id="ep1", status="succeeded", total=2, clips=[],
                          timeline=[ClipSpan(index=0, start_s=0.0, end_s=1.0),

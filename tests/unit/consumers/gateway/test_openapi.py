@@ -31,8 +31,8 @@ from consumers.gateway.serve import error_body
 from consumers.gateway.speech import LANGUAGE_PATTERN, BadField, SpeechBody, parse_speech
 from consumers.settings import GatewaySettings, Settings
 from pipeline.keys import job_json_key, job_script_key
-from pipeline.storage import ObjectInfo
 from pipeline.text.language import normalise_tag
+from tests.unit.consumers.gateway.memorystore import MemoryStore
 from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import (
     AudioRef,
@@ -45,30 +45,6 @@ from topics.events import (
 from topics.validation import SAMPLE_RATES
 
 VOICE_JSON = "voices/narrator-1/voice.json"
-
-
-class MemoryStore:
-    bucket = "voicefactory"
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    def put(self, key: str, data: bytes, content_type: str,
-            metadata: dict[str, str] | None = None) -> None:
-        self.objects[key] = data
-
-    def get(self, key: str) -> bytes | None:
-        return self.objects.get(key)
-
-    def stat(self, key: str) -> ObjectInfo | None:
-        data = self.objects.get(key)
-        return ObjectInfo(key, len(data), {}) if data is not None else None
-
-    def list_prefix(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.objects if k.startswith(prefix))
-
-    def delete(self, key: str) -> None:
-        self.objects.pop(key, None)
 
 
 @pytest.fixture
