@@ -42,9 +42,10 @@ from deploy.local.stack import (
     _HERE,
     Service,
     StackError,
-    _reap,
     _spawn,
+    await_exit,
     port_open,
+    report_states,
 )
 from deploy.local.tls import ensure_tls, node_principal, write_private
 from topics.specs import REPLICATION
@@ -304,13 +305,7 @@ def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for node, pid in running:
-        while node.pid() == pid and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.1)
-        if node.pid() == pid:
-            os.kill(pid, signal.SIGKILL)
-            print(f"{node.name}: did not stop in {grace_s:.0f} s, killed", file=out)
-        node.pid_file.unlink(missing_ok=True)
+        await_exit(node, pid, deadline=deadline, out=out)
         print(f"{node.name}: stopped (pid {pid})", file=out)
 
 
@@ -324,14 +319,7 @@ def stop_node(node: Node, *, out: TextIO | None = None, grace_s: float = 30.0,
         node.pid_file.unlink(missing_ok=True)
         return
     os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while node.pid() == pid and time.monotonic() < deadline:
-        _reap(pid)
-        time.sleep(0.1)
-    if node.pid() == pid:
-        os.kill(pid, signal.SIGKILL)
-        print(f"{node.name}: did not stop in {grace_s:.0f} s, killed", file=out)
-    node.pid_file.unlink(missing_ok=True)
+    await_exit(node, pid, deadline=time.monotonic() + grace_s, out=out)
     print(f"{node.name}: {'killed' if kill else 'stopped'} (pid {pid})", file=out)
 
 
@@ -347,23 +335,7 @@ def start_node(node: Node, timeout_s: float = 120.0) -> None:
 
 
 def status(out: TextIO = sys.stdout) -> bool:
-    healthy = True
-    for node in NODES:
-        pid = node.pid()
-        answering = node.answering()
-        if pid is not None and answering:
-            state = f"running (pid {pid}), answering on 127.0.0.1:{node.port} (SASL_SSL)"
-        elif pid is not None:
-            state = f"started (pid {pid}) but not answering on 127.0.0.1:{node.port}"
-            healthy = False
-        elif answering:
-            state = f"not ours: port 127.0.0.1:{node.port} answers but no pid file matches"
-            healthy = False
-        else:
-            state = "stopped"
-            healthy = False
-        print(f"{node.name:7} {state}", file=out)
-    return healthy
+    return report_states(NODES, out=out, width=7, protocol="SASL_SSL")
 
 
 def env_lines(role: str) -> list[str]:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -245,15 +246,20 @@ def down(out: TextIO = sys.stdout, grace_s: float = 30.0) -> None:
             service.pid_file.unlink(missing_ok=True)
             continue
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while service.pid() == pid and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.1)
-        if service.pid() == pid:
-            os.kill(pid, signal.SIGKILL)
-            print(f"{service.name}: did not stop in {grace_s:.0f} s, killed", file=out)
-        service.pid_file.unlink(missing_ok=True)
+        await_exit(service, pid, deadline=time.monotonic() + grace_s, out=out)
         print(f"{service.name}: stopped (pid {pid})", file=out)
+
+
+def await_exit(service: Service, pid: int, *, deadline: float, out: TextIO) -> None:
+    """Wait until the signalled `pid` of `service` is gone, SIGKILL it at `deadline`, and
+    drop its pid file (the local stack's and the cluster's nodes alike)."""
+    while service.pid() == pid and time.monotonic() < deadline:
+        _reap(pid)
+        time.sleep(0.1)
+    if service.pid() == pid:
+        os.kill(pid, signal.SIGKILL)
+        print(f"{service.name}: did not stop in time, killed", file=out)
+    service.pid_file.unlink(missing_ok=True)
 
 
 def restart_broker(timeout_s: float = 120.0) -> None:
@@ -304,14 +310,22 @@ def kill_store() -> None:
 
 
 def status(out: TextIO = sys.stdout) -> bool:
+    return report_states(SERVICES, out=out)
+
+
+def report_states(services: Sequence[Service], *, out: TextIO, width: int = 6,
+                  protocol: str = "") -> bool:
+    """One line per service (running, started but silent, not ours, stopped); True when
+    every one is running and answering. `protocol` is said after the address."""
     healthy = True
-    for service in SERVICES:
+    for service in services:
         pid = service.pid()
         answering = service.answering()
+        where = f"127.0.0.1:{service.port}{f' ({protocol})' if protocol else ''}"
         if pid is not None and answering:
-            state = f"running (pid {pid}), answering on 127.0.0.1:{service.port}"
+            state = f"running (pid {pid}), answering on {where}"
         elif pid is not None:
-            state = f"started (pid {pid}) but not answering on 127.0.0.1:{service.port}"
+            state = f"started (pid {pid}) but not answering on {where}"
             healthy = False
         elif answering:
             state = f"not ours: port 127.0.0.1:{service.port} answers but no pid file matches"
@@ -319,7 +333,7 @@ def status(out: TextIO = sys.stdout) -> bool:
         else:
             state = "stopped"
             healthy = False
-        print(f"{service.name:6} {state}", file=out)
+        print(f"{service.name:{width}} {state}", file=out)
     return healthy
 
 
