@@ -320,7 +320,8 @@ async def test_jobs_over_http(gateway: RunningGateway, api_key: str, gw_settings
         status = await http.get("/v1/jobs/http-job-1")
         assert status.json() == {"id": "http-job-1", "object": "job", "status": "running",
                                  "version": 1, "total": 2, "carried": 0, "done": 0,
-                                 "succeeded": 0, "failed": 0, "progress_complete": True}
+                                 "succeeded": 0, "failed": 0, "progress_complete": True,
+                                 "lines": []}
         await _answer_line(gw_settings, "http-job-1", 1, total=2, voice=voice)
         status = await http.get("/v1/jobs/http-job-1")
         assert (status.json()["done"], status.json()["succeeded"]) == (1, 1)
