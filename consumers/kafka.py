@@ -84,15 +84,18 @@ async def read_since(consumer: AIOKafkaConsumer, tps: list[TopicPartition], sinc
                      limit_s: float, read: Callable[[], Awaitable[None]]) -> bool:
     """Position each assigned partition at its first record at or after `since_ms` (at its
     end when it has none), then call `read()` (one fetch) until every partition is past the
-    end offset it had now. False when `limit_s` ran out first."""
+    end offset it had now. False when `limit_s` ran out first.
+
+    The ends are read first and a partition without such a record is sought to that
+    offset, not with seek_to_end: aiokafka resolves seek_to_end lazily, at a later fetch
+    (later still when a new partition's leader is not known yet), so a record produced
+    meanwhile (a cancel sent right after a worker started) fell before the end it found
+    and was never read."""
+    ends = await consumer.end_offsets(tps)
     found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
     for tp in tps:
         hit = found.get(tp)
-        if hit is None:
-            await consumer.seek_to_end(tp)
-        else:
-            consumer.seek(tp, hit.offset)
-    ends = await consumer.end_offsets(tps)
+        consumer.seek(tp, ends[tp] if hit is None else hit.offset)
     deadline = time.monotonic() + limit_s
     while any([await consumer.position(tp) < ends[tp] for tp in tps]):
         if time.monotonic() > deadline:

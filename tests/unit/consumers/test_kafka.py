@@ -1,12 +1,15 @@
-"""One place turns KafkaSettings into client security arguments (no broker needed)."""
+"""One place turns KafkaSettings into client security arguments, and read_since positions a
+reader without skipping what is produced meanwhile (no broker needed)."""
 
 from __future__ import annotations
 
 import ssl
+from typing import Any, cast
 
 import pytest
+from aiokafka import TopicPartition
 
-from consumers.kafka import assignors, make_consumer, make_producer, security_kwargs
+from consumers.kafka import assignors, make_consumer, make_producer, read_since, security_kwargs
 from consumers.settings import KafkaSettings, Secret
 
 
@@ -42,3 +45,42 @@ async def test_clients_are_built_from_the_kafka_group() -> None:
         await consumer.stop()  # never started: releases what the constructor made
     with pytest.raises(ValueError, match="VF_ASSIGNOR must be one of"):
         assignors("fair")
+
+
+class _GrowingTopic:
+    """One partition whose end moves while the reader positions itself: a record (offset 5)
+    is produced during offsets_for_times, which found nothing at or after the time asked."""
+
+    def __init__(self) -> None:
+        self.end = 5
+        self.pos: dict[TopicPartition, int] = {}
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict.fromkeys(tps, self.end)
+
+    async def offsets_for_times(self, query: dict[TopicPartition, int]) -> dict[TopicPartition,
+                                                                                None]:
+        self.end += 1  # produced meanwhile
+        return dict.fromkeys(query)
+
+    async def seek_to_end(self, tp: TopicPartition) -> None:  # what aiokafka resolves later
+        self.pos[tp] = self.end
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.pos[tp] = offset
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.pos[tp]
+
+
+async def test_read_since_never_lands_past_a_record_produced_while_it_positions() -> None:
+    """A cancel sent right after a worker started fell before the end that aiokafka's lazy
+    seek_to_end found, and the worker never read it (a CI failure of test_lanes)."""
+    tp = TopicPartition("tts.control", 2)
+    topic = _GrowingTopic()
+
+    async def read() -> None:
+        raise AssertionError("nothing is behind the end read first")
+
+    assert await read_since(cast(Any, topic), [tp], 1_000, limit_s=1, read=read)
+    assert topic.pos[tp] == 5  # the next fetch reads the record produced meanwhile
