@@ -227,8 +227,22 @@ class Produced:
     value: bytes | None
 
 
-async def produced_records(settings: Settings) -> list[Produced]:
-    """Every record on the topics the gateway writes, from the beginning."""
+async def produced_records(settings: Settings, patience_s: float = 15.0) -> list[Produced]:
+    """Every record on the topics the gateway writes, from the beginning. Read again (for at
+    most `patience_s`) while a lane shows none: one CI run read nothing at all once, right
+    after the fuzz had 29 jobs and 65 speech requests answered; a lane that stays empty
+    still fails the test below."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        out = await _read_produced(settings)
+        lanes = Counter(r.topic for r in out)
+        if (lanes[REQUESTS.name] and lanes[REQUESTS_INTERACTIVE.name]) \
+                or time.monotonic() > deadline:
+            return out
+        await asyncio.sleep(1.0)
+
+
+async def _read_produced(settings: Settings) -> list[Produced]:
     prefix = settings.kafka.topic_prefix
     tps = [TopicPartition(prefix + spec.name, p) for spec in GATEWAY_WRITES
            for p in range(spec.partitions)]
