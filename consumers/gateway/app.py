@@ -19,6 +19,7 @@ only tenant names are logged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -97,7 +98,8 @@ async def speech(request: Request) -> Response:
         return json_error(503, "the request could not be queued; retry later", "kafka_error",
                           retry_after=1)
     gw.metrics.set_open_streams(gw.limiter.open_streams())
-    streams = [ReplyStream(i, gw.router.queue(i), limits.timeout_s) for i in ids]
+    streams = [ReplyStream(i, gw.router.queue(i), limits.timeout_s,
+                           on_gap=functools.partial(gw.router.repair, i)) for i in ids]
     return SpeechAnswer(order, streams, received_at=received,
                         on_first_byte=gw.metrics.observe_ttfb, on_cancel=gw.cancel,
                         on_end=on_end)

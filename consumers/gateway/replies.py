@@ -18,6 +18,13 @@ partition's position is noted and a group-less "drain" consumer reads it from th
 those requests end, so a scale-up never strands an answer. The duplicate records this may
 deliver (the partition's new owner drops them; a later reassignment back to us reads them
 again) are dropped by `ReplyStream` by (attempt, seq).
+
+A chunk the fetch loop never saw (whatever the cause: a position resolved past it across a
+rebalance, a drain that could not start): `ReplyStream` sees a `seq` beyond the next one it
+expects, holds what came early and calls `repair(request_id)`, which re-reads the request's
+partition from the offset this replica had read to when the request was registered (its
+chunks can only come after it) and hands the request its records again. A final record
+never ends a stream with a hole in it: the answer is whole, or it times out.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +52,8 @@ class _Waiter:
     partition: int
     queue: asyncio.Queue[AudioChunk] = field(default_factory=asyncio.Queue)
     chunks: int = 0  # records read for it so far (the failover asks)
+    since: int | None = None  # the partition's read offset when registered (repair reads on)
+    repairing: bool = False
 
 
 class NoReplyPartition(RuntimeError):
@@ -65,7 +74,9 @@ class ReplyRouter:
         self._waiters: dict[str, _Waiter] = {}
         self._ready: list[int] = []  # assigned partitions whose position is resolved
         self._pending: set[TopicPartition] = set()
+        self._read_to: dict[int, int] = {}  # partition -> next offset the fetch loop reads
         self._turn = itertools.count()
+        self.repairs = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -100,8 +111,9 @@ class ReplyRouter:
         if not self._ready:
             raise NoReplyPartition("no tts.audio partition assigned to this replica yet")
         partition = self._ready[next(self._turn) % len(self._ready)]
+        since = self._read_to.get(partition)
         for request_id in request_ids:
-            self._waiters[request_id] = _Waiter(partition)
+            self._waiters[request_id] = _Waiter(partition, since=since)
         return partition
 
     def unregister(self, request_ids: list[str]) -> None:
@@ -135,10 +147,15 @@ class ReplyRouter:
                 continue
             for records in batches.values():
                 self._dispatch(records)
+                if records:
+                    last = records[-1]
+                    self._read_to[last.partition] = max(self._read_to.get(last.partition, 0),
+                                                        last.offset + 1)
 
     async def _resolve_pending(self, consumer: AIOKafkaConsumer) -> None:
         for tp in list(self._pending):
-            await consumer.position(tp)  # the end offset, fetched now: later chunks are read
+            # the end offset, fetched now: later chunks are read
+            self._read_to[tp.partition] = await consumer.position(tp)
             self._pending.discard(tp)
             if tp.partition not in self._ready:
                 self._ready.append(tp.partition)
@@ -175,8 +192,13 @@ class ReplyRouter:
         starts: dict[TopicPartition, int] = {}
         for p in busy:
             tp = TopicPartition(self._topic, p)
-            with contextlib.suppress(Exception):
+            try:
                 starts[tp] = await self._consumer.position(tp)
+            except Exception:  # no position now: from where its oldest waiter began
+                oldest = [w.since for w in self._waiters.values()
+                          if w.partition == p and w.since is not None]
+                if oldest:
+                    starts[tp] = min(oldest)
         log.info("reply partitions %s revoked with requests waiting: draining them", sorted(busy))
         task = startup.watch(asyncio.create_task(self._drain(starts)), logger=log,
                              what=f"drain of revoked reply partitions {sorted(busy)}")
@@ -199,6 +221,40 @@ class ReplyRouter:
         finally:
             await consumer.stop()
 
+    def repair(self, request_id: str) -> None:
+        """`request_id`'s stream found a hole: read its partition again from where this
+        replica stood when the request was registered, handing it only its own records,
+        until it stops waiting. One re-read per request at a time."""
+        waiter = self._waiters.get(request_id)
+        if waiter is None or waiter.since is None or waiter.repairing:
+            return
+        waiter.repairing = True
+        self.repairs += 1
+        log.warning("reply stream of %s missed chunks: reading partition %d again from %d",
+                    request_id, waiter.partition, waiter.since,
+                    extra={"request_id": request_id})
+        task = startup.watch(asyncio.create_task(self._reread(request_id, waiter)),
+                             logger=log, what=f"re-read of the replies of {request_id}")
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
+
+    async def _reread(self, request_id: str, waiter: _Waiter) -> None:
+        assert waiter.since is not None
+        consumer = make_consumer(self._kafka, group_id=None, enable_auto_commit=False,
+                                 fetch_max_wait_ms=20)
+        await consumer.start()
+        try:
+            tp = TopicPartition(self._topic, waiter.partition)
+            consumer.assign([tp])
+            consumer.seek(tp, waiter.since)
+            while self._waiters.get(request_id) is waiter:
+                batches = await consumer.getmany(timeout_ms=200)
+                for records in batches.values():
+                    self._dispatch([r for r in records if r.key == request_id.encode()])
+        finally:
+            waiter.repairing = False
+            await consumer.stop()
+
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, router: ReplyRouter) -> None:
@@ -219,17 +275,22 @@ class Piece:
 
 @dataclass
 class ReplyStream:
-    """One request's chunks in order: restarts handled, duplicates dropped, final noted.
+    """One request's chunks in order: restarts handled, duplicates dropped, holes repaired,
+    final noted.
 
-    A new `attempt` (the worker restarted the request) replaces what came before. Bytes
-    already passed on cannot be taken back from an HTTP client, so the new attempt's first
-    `sent` bytes are skipped and the answer continues from there: seamless for the
-    deterministic engines (espeak, bench), a possible seam for sampling ones.
+    A new `attempt` (the worker restarted the request) replaces what came before, and the
+    replaced attempt's late records are dropped. Bytes already passed on cannot be taken
+    back from an HTTP client, so the new attempt's first `sent` bytes are skipped and the
+    answer continues from there: seamless for the deterministic engines (espeak, bench), a
+    possible seam for sampling ones. A record past the next expected `seq` (records were
+    missed) is held until the hole is filled, and `on_gap` asks for the request's records
+    again (ReplyRouter.repair); the final record counts only once everything before it came.
     """
 
     request_id: str
     queue: asyncio.Queue[AudioChunk]
     timeout_s: float
+    on_gap: Callable[[], None] | None = None
     status: str | None = None
     error: str | None = None
     restarts: int = 0
@@ -237,6 +298,8 @@ class ReplyStream:
     _next_seq: int = 0
     _sent: int = 0
     _skip: int = 0
+    _held: dict[int, AudioChunk] = field(default_factory=dict)
+    _replaced: set[str] = field(default_factory=set)
 
     async def pieces(self) -> AsyncIterator[Piece]:
         loop = asyncio.get_running_loop()
@@ -244,27 +307,58 @@ class ReplyStream:
         while self.status is None:
             remaining = deadline - loop.time()
             if remaining <= 0:
+                missing = f" (held {len(self._held)} records past seq {self._next_seq})" \
+                    if self._held else ""
                 raise TimeoutError(f"no final chunk for {self.request_id} within "
-                                   f"{self.timeout_s:.0f} s")
+                                   f"{self.timeout_s:.0f} s{missing}")
             try:
                 chunk = await asyncio.wait_for(self.queue.get(), remaining)
             except TimeoutError:
                 continue
-            if chunk.attempt != self._attempt:
-                if self._attempt is not None:
-                    self.restarts += 1
-                    self._skip = self._sent
-                self._attempt, self._next_seq = chunk.attempt, 0
-            if chunk.seq < self._next_seq:
-                continue  # a duplicate delivery
-            self._next_seq = chunk.seq + 1
-            data = chunk.data
-            if self._skip:
-                cut = min(self._skip, len(data))
-                data, self._skip = data[cut:], self._skip - cut
-            if data:
-                self._sent += len(data)
-                yield Piece(data, chunk.sample_rate)
-            if chunk.final:
-                self.status = chunk.status or "failed"
-                self.error = chunk.error
+            for ready in self._in_order(chunk):
+                piece = self._take(ready)
+                if piece is not None:
+                    yield piece
+                if self.status is not None:
+                    break
+
+    def _in_order(self, chunk: AudioChunk) -> list[AudioChunk]:
+        """The records `chunk` lets out, in seq order: none (a duplicate, a replaced
+        attempt's, one held past a hole), itself, or itself and the held ones it unblocks."""
+        if chunk.attempt in self._replaced:
+            return []  # a replaced attempt's late record
+        if chunk.attempt != self._attempt:
+            if self._attempt is not None:
+                self.restarts += 1
+                self._skip = self._sent
+                self._replaced.add(self._attempt)
+            self._attempt, self._next_seq = chunk.attempt, 0
+            self._held.clear()
+        if chunk.seq < self._next_seq:
+            return []  # a duplicate delivery
+        if chunk.seq > self._next_seq:
+            if not self._held and self.on_gap is not None:
+                self.on_gap()
+            self._held[chunk.seq] = chunk
+            return []
+        out = [chunk]
+        seq = chunk.seq + 1
+        while seq in self._held:
+            out.append(self._held.pop(seq))
+            seq += 1
+        return out
+
+    def _take(self, chunk: AudioChunk) -> Piece | None:
+        """The next record in order: its bytes not yet sent, and the status if final."""
+        self._next_seq = chunk.seq + 1
+        if chunk.final:
+            self.status = chunk.status or "failed"
+            self.error = chunk.error
+        data = chunk.data
+        if self._skip:
+            cut = min(self._skip, len(data))
+            data, self._skip = data[cut:], self._skip - cut
+        if not data:
+            return None
+        self._sent += len(data)
+        return Piece(data, chunk.sample_rate)

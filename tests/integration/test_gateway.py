@@ -14,6 +14,7 @@ import logging
 import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -24,6 +25,7 @@ from consumers.gateway.keys import KeyRing, add_key
 from consumers.kafka import make_consumer
 from consumers.settings import GatewaySettings, Settings
 from tests.integration.gateway_harness import FAKE_RATE, FakeStreamingWorker, RunningGateway
+from topics.chunks import SEQ
 from topics.control import decode_control
 from topics.events import ControlCommand
 from topics.specs import CONTROL, REQUESTS, REQUESTS_INTERACTIVE, VOICES
@@ -262,6 +264,34 @@ async def test_a_rebalance_mid_stream_does_not_strand_the_answer(
             assert two.gateway.router.partitions
         assert all(abs(len(p) / 2 / 24_000 - 2.0) < 0.02 for p in pcm)
     assert "revoked with requests waiting: draining them" in caplog.text  # the path ran
+
+
+async def test_a_chunk_the_reply_loop_missed_is_read_again(
+        gateway: RunningGateway, api_key: str, gw_settings: Settings, voice: str,
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever makes the fetch loop miss a record, the answer comes out whole: the stream
+    holds what came after the hole and the router reads the partition again."""
+    router = gateway.gateway.router
+    dispatch, dropped = router._dispatch, set[str]()
+
+    def lossy(records: list[Any]) -> None:  # the first delivery of every seq 1 goes missing
+        kept = []
+        for rec in records:
+            if dict(rec.headers).get(SEQ) == b"1" and rec.key not in dropped:
+                dropped.add(rec.key)
+                continue
+            kept.append(rec)
+        dispatch(kept)
+
+    monkeypatch.setattr(router, "_dispatch", lossy)
+    speech = client(gateway, api_key).audio.speech.with_streaming_response
+    async with FakeStreamingWorker(gw_settings), speech.create(
+            model="tts-1", voice=voice, input="three chunks", response_format="pcm",
+            stream_format="audio") as response:
+        pcm = b"".join([p async for p in response.iter_bytes()])
+    assert dropped and router.repairs == 1
+    assert abs(len(pcm) / 2 / 24_000 - 1.0) < 0.01  # 3 x 0.3 s + 0.1 s, nothing missing
+    assert "missed chunks: reading partition" in caplog.text
 
 
 async def test_voices_over_http_share_the_cli_registry(gateway: RunningGateway, api_key: str,

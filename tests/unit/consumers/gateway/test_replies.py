@@ -57,6 +57,37 @@ async def test_no_final_record_times_out() -> None:
         await collect([chunk(0, b"ab")], timeout_s=0.2)
 
 
+async def test_a_record_past_a_hole_waits_for_the_hole_and_asks_for_a_repair() -> None:
+    gaps: list[str] = []
+    queue: asyncio.Queue[AudioChunk] = asyncio.Queue()
+    stream = ReplyStream("r1", queue, 2.0, on_gap=lambda: gaps.append("r1"))
+    for c in [chunk(0, b"ab"), chunk(2, b"ef"), chunk(3, b"", final=True, status="succeeded")]:
+        queue.put_nowait(c)
+    pieces = stream.pieces()
+    assert (await anext(pieces)).pcm == b"ab"
+    later = asyncio.create_task(anext(pieces))
+    await asyncio.sleep(0.05)
+    assert not later.done() and stream.status is None  # the final waits behind the hole
+    assert gaps == ["r1"]
+    queue.put_nowait(chunk(1, b"cd"))  # the repair's re-read delivers what was missed
+    assert (await later).pcm == b"cd"
+    assert b"".join([p.pcm async for p in pieces]) == b"ef"
+    assert stream.status == "succeeded" and gaps == ["r1"]
+
+
+async def test_a_final_record_never_ends_a_stream_with_a_hole() -> None:
+    with pytest.raises(TimeoutError, match=r"held 1 records past seq 0"):
+        await collect([chunk(1, b"", final=True, status="succeeded")], timeout_s=0.2)
+
+
+async def test_late_records_of_a_replaced_attempt_are_dropped() -> None:
+    data, stream = await collect([chunk(0, b"ab"), chunk(0, b"AB", attempt="b"),
+                                  chunk(1, b"cd"), chunk(1, b"CD", attempt="b"),
+                                  chunk(2, b"", final=True, status="succeeded"),
+                                  chunk(2, b"", attempt="b", final=True, status="succeeded")])
+    assert data == b"abCD" and stream.restarts == 1 and stream.status == "succeeded"
+
+
 def record(key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> object:
     return SimpleNamespace(key=key, value=value, headers=headers, partition=3, offset=7)
 
