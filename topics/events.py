@@ -54,6 +54,22 @@ class SynthesisRequest(_Event, tag_field="schema", tag=REQUEST_SCHEMA):
     reference: str | None = None  # ad-hoc voice: s3://bucket/key of a clip instead of a voice
     # v1 addition: chunk records on tts.audio while synthesizing, before the stored object
     stream: bool = False
+    # v1 addition (topics/tenancy.py): the owner, set by the gateway from the API key;
+    # absent: the `default` tenant
+    tenant: str | None = None
+
+
+class ConsentRef(_Event):
+    """The consent a voice was registered with (v1 addition): the consent record's ID, the
+    stored recording, the statement read, who gave it, when, and the speaker similarity
+    (GE2E cosine, -1..1) between the recording and the voice's reference."""
+
+    id: str
+    recording: str
+    statement: str
+    speaker: str
+    recorded_at: str
+    similarity: float
 
 
 class VoiceRegistration(_Event, tag_field="schema", tag=VOICE_SCHEMA):
@@ -63,6 +79,8 @@ class VoiceRegistration(_Event, tag_field="schema", tag=VOICE_SCHEMA):
     created_at: str
     prompt_text: str | None = None
     language: str | None = None
+    tenant: str | None = None  # v1 addition; absent: `default`
+    consent: ConsentRef | None = None  # v1 addition: the speaker's recorded consent
 
 
 class AudioRef(_Event):
@@ -110,6 +128,7 @@ class SynthesisResult(_Event, tag_field="schema", tag=RESULT_SCHEMA):
     worker: str | None = None
     attempt: int = 1
     quality: Quality | None = None
+    tenant: str | None = None  # v1 addition: the request's; absent: `default`
 
     def result_key(self) -> bytes:
         """Results are keyed by job ID when part of a job, else by request ID."""
@@ -170,6 +189,7 @@ class JobCompleted(_Event, tag_field="schema", tag=JOB_SCHEMA):
     job_json: str | None = None
     job_json_url: str | None = None
     omitted: list[Literal["clips", "timeline"]] = msgspec.field(default_factory=list)
+    tenant: str | None = None  # v1 addition; absent: `default`
 
 
 class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):
@@ -184,6 +204,7 @@ class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):
     job_id: str | None = None
     requested_at: str | None = None
     reason: str | None = None
+    tenant: str | None = None  # v1 addition: cancels only that tenant's; absent: `default`
 
 
 class DeadLetter(_Event, tag_field="schema", tag=DLQ_SCHEMA):
