@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from consumers.gateway.replies import NoReplyPartition, ReplyRouter, ReplyStream
+from consumers.gateway.replies import NoReplyPartition, Piece, ReplyRouter, ReplyStream
 from consumers.settings import KafkaSettings
 from topics.chunks import AudioChunk, chunk_headers
 
@@ -65,7 +65,10 @@ async def test_a_record_past_a_hole_waits_for_the_hole_and_asks_for_a_repair() -
         queue.put_nowait(c)
     pieces = stream.pieces()
     assert (await anext(pieces)).pcm == b"ab"
-    later = asyncio.create_task(anext(pieces))
+    async def next_piece() -> Piece:
+        return await anext(pieces)
+
+    later = asyncio.create_task(next_piece())
     await asyncio.sleep(0.05)
     assert not later.done() and stream.status is None  # the final waits behind the hole
     assert gaps == ["r1"]
