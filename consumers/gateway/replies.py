@@ -328,6 +328,9 @@ class ReplyStream:
         if chunk.attempt in self._replaced:
             return []  # a replaced attempt's late record
         if chunk.attempt != self._attempt:
+            if self._attempt is not None and chunk.final and chunk.status == "succeeded" \
+                    and chunk.seq == 0:
+                return []  # an attempt with no audio cannot replace one that has it
             if self._attempt is not None:
                 self.restarts += 1
                 self._skip = self._sent

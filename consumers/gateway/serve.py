@@ -41,6 +41,9 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 FINAL_STATUS = {"rejected": 400, "failed": 502, "expired": 504, "cancelled": 409}
 # request_id_reused: an idempotency key reused with other parameters, the HTTP convention's 409.
 REJECTED_CODE = {"voice_not_found": 404, "reference_invalid": 422, "request_id_reused": 409}
+# Every part succeeded and not one sample came: a worker's protocol fault, never a real
+# answer (text always makes audio), so an error rather than a 200 with an empty file.
+NO_AUDIO = (502, "the request succeeded but no audio arrived for it", "no_audio")
 
 
 class StreamBroken(RuntimeError):
@@ -141,6 +144,9 @@ class SpeechAnswer(Response):
             if stream.status != "succeeded":
                 await self._error(send, *failure_of(stream))
                 return
+        if not pcm:
+            await self._error(send, *NO_AUDIO)
+            return
         data = await audio.encode_whole(fmt, bytes(pcm), rate)
         await self._start(send, 200, audio.CONTENT_TYPES[fmt], length=len(data))
         await send({"type": "http.response.body", "body": data, "more_body": False})
@@ -184,12 +190,17 @@ class SpeechAnswer(Response):
             rate = self.order.requests[0].sample_rate
             if rate is not None:  # ffmpeg starts while the worker synthesizes
                 await encoder.prestart(rate)
+            fed = 0
             for stream in self.streams:
                 async for piece in stream.pieces():
                     await encoder.feed(piece.pcm, piece.sample_rate)
+                    fed += len(piece.pcm)
                 if stream.status != "succeeded":
                     await encoder.close()
                     return failure_of(stream)
+            if not fed:
+                await encoder.abort()
+                return NO_AUDIO
         except TimeoutError as exc:
             await encoder.abort()
             await self._cancel_unfinished("gateway timeout")

@@ -382,10 +382,13 @@ class SynthesisWorker(WorkerLifecycle):
                 return
             lanes.observe_waits(self.metrics, reqs)
             reqs = [r for r in reqs if self._owned(r) and not self._canceller.cancel_if_named(r)]
-            if len(reqs) == 1 and reqs[0].request.stream:  # alone in its queue (queue_key)
-                await self._run_stream(reqs[0])
-            elif reqs:
-                await self._run_batch(reqs)
+            # A streamed request has a queue of its own (queue_key), shared only by copies
+            # of itself (a failover's re-send): each copy streams, never batched, or its
+            # final record would come with no chunks before it.
+            for req in [r for r in reqs if r.request.stream]:
+                await self._run_stream(req)
+            if batch := [r for r in reqs if not r.request.stream]:
+                await self._run_batch(batch)
 
     async def _run_stream(self, req: InFlightRequest) -> None:
         assert self.streams is not None, "built in run()"

@@ -177,6 +177,8 @@ class FakeStreamingWorker:
 
         if "fail" in request.text:
             await chunk(0, b"", final=True, status="failed", error="engine_error")
+        elif "silent" in request.text:  # a faulty worker: success without any audio
+            await chunk(0, b"", final=True, status="succeeded")
         elif "restart" in request.text:
             await chunk(0, tone(0.2))
             await chunk(0, tone(0.2), attempt="b")

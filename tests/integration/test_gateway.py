@@ -294,6 +294,21 @@ async def test_a_chunk_the_reply_loop_missed_is_read_again(
     assert "missed chunks: reading partition" in caplog.text
 
 
+async def test_success_without_audio_is_an_error_not_an_empty_file(
+        gateway: RunningGateway, api_key: str, gw_settings: Settings, voice: str) -> None:
+    async with FakeStreamingWorker(gw_settings), \
+            httpx.AsyncClient(base_url=gateway.url, timeout=20) as http:
+        for stream_format in (None, "audio"):
+            body = {"model": "tts-1", "voice": voice, "input": "silent please",
+                    "response_format": "mp3"}
+            if stream_format:
+                body["stream_format"] = stream_format
+            response = await http.post("/v1/audio/speech", json=body,
+                                        headers={"Authorization": f"Bearer {api_key}"})
+            assert response.status_code == 502, response.content[:80]
+            assert response.json()["error"]["code"] == "no_audio"
+
+
 async def test_voices_over_http_share_the_cli_registry(gateway: RunningGateway, api_key: str,
                                                        gw_settings: Settings,
                                                        tmp_path: Path) -> None:
@@ -428,17 +443,25 @@ async def test_a_replica_killed_mid_stream_fails_its_clients_only(
     async with cli_gateway(gw_settings) as (proc, doomed_url), \
             RunningGateway(gw_settings, KeyRing(gw_settings.gateway.keys_path())) as two, \
             FakeStreamingWorker(gw_settings):
-        async def speak(base_url: str) -> int:
+        flowing = [asyncio.Event() for _ in range(6)]
+
+        async def speak(base_url: str, first: asyncio.Event) -> int:
             sdk = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key=api_key,
                                      max_retries=0)
+            size = 0
             async with sdk.audio.speech.with_streaming_response.create(
                     model="tts-1", voice=voice, input="pause between chunks",
                     response_format="pcm", stream_format="audio") as response:
-                return len(b"".join([p async for p in response.iter_bytes()]))
+                async for piece in response.iter_bytes():
+                    size += len(piece)
+                    first.set()
+            return size
 
-        doomed = [asyncio.create_task(speak(doomed_url)) for _ in range(3)]
-        alive = [asyncio.create_task(speak(two.url)) for _ in range(3)]
-        await asyncio.sleep(1.0)  # every stream has audio flowing
+        doomed = [asyncio.create_task(speak(doomed_url, e)) for e in flowing[:3]]
+        alive = [asyncio.create_task(speak(two.url, e)) for e in flowing[3:]]
+        # Killed once every stream has audio flowing (a fixed sleep was too short on a
+        # loaded machine: the kill then came before the answers started).
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in flowing)), 20)
         proc.send_signal(signal.SIGKILL)
         outcomes = await asyncio.gather(*doomed, return_exceptions=True)
         # The SDK's transport (httpx2) reports the cut connection mid-body.

@@ -23,7 +23,10 @@ run; a longer hunt (docs/benchmarks.md, "Gateway fuzz"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import os
+import pkgutil
 import random
 import time
 import uuid
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import orjson
 import pytest
 import schemathesis
@@ -55,6 +59,25 @@ from topics.control import control_key, decode_control
 from topics.events import decode_voice
 from topics.specs import CONTROL, REQUESTS, REQUESTS_INTERACTIVE, VOICES
 from topics.validation import decode_request
+
+
+def import_all(package: Any) -> None:
+    """Import every submodule of `package` here, on the main thread, at collection.
+
+    The fuzz runs in a thread while the gateway serves on the event loop. schemathesis
+    imports about 140 of its modules lazily during a run, and pytest rewrites the asserts
+    of pytest plugins' packages (schemathesis's, hypothesis's) on import with ast.parse,
+    whose conversion in CPython 3.11 is not safe while another thread parses too: one CI
+    run died with SystemError "AST constructor recursion depth mismatch" inside
+    schemathesis.openapi.from_url. Importing them all first leaves nothing to parse then.
+    """
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        with contextlib.suppress(Exception):  # optional extras whose libraries are absent
+            importlib.import_module(module.name)
+
+
+import_all(schemathesis)
+import_all(hypothesis)
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuzz, pytest.mark.timeout(600),
               # schemathesis' own strategies trip these; they are not the gateway's

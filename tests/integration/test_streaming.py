@@ -167,6 +167,46 @@ async def test_streams_of_one_voice_at_once_stay_apart(
     assert getattr(engine, "max_concurrent_seen", 0) == 2  # max_inflight streams at once
 
 
+async def test_a_streamed_request_sent_twice_is_streamed_both_times(
+        settings: Settings, voice: str) -> None:
+    """The same streamed request twice in one fetch (a gateway's failover, a producer's
+    retry) shares one queue lane: each copy still goes through the stream path, so every
+    attempt that ends `succeeded` carries its audio. Through the batch path the copies got
+    final records with no chunks, and a gateway reading one first answered 200 with no
+    audio at all."""
+    request = streamed(voice)
+    names = topic_names(settings.kafka.topic_prefix)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
+    await producer.start()
+    try:
+        for _ in range(2):  # both wait in the log before the worker fetches
+            await producer.send_and_wait(names.requests, encode(request),
+                                         key=request.voice_id.encode())
+    finally:
+        await producer.stop()
+    async with RunningWorker(settings):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            results = [decode_result(r.value) for r in await read_records(settings,
+                                                                          names.results)
+                       if decode_result(r.value).request_id == request.request_id]
+            if len(results) == 2:
+                break
+            await asyncio.sleep(0.3)
+    assert [r.status for r in results] == ["succeeded", "succeeded"]
+    chunks = chunks_of([r for r in await read_records(settings, names.audio)
+                        if r.key == request.request_id.encode()])
+    attempts: dict[str, list[AudioChunk]] = {}
+    for c in chunks:
+        attempts.setdefault(c.attempt, []).append(c)
+    assert len(attempts) == 2
+    pcm, _ = stored_pcm(settings, results[0])
+    for attempt in attempts.values():  # each: its audio in order, then a succeeded final
+        assert [c.seq for c in attempt] == list(range(len(attempt)))
+        assert attempt[-1].final and attempt[-1].status == "succeeded"
+        assert np.array_equal(np.frombuffer(b"".join(c.data for c in attempt), "<i2"), pcm)
+
+
 async def test_a_rejected_stream_request_still_ends_its_stream(
         settings: Settings, worker: RunningWorker) -> None:
     names = topic_names(settings.kafka.topic_prefix)

@@ -91,6 +91,14 @@ async def test_late_records_of_a_replaced_attempt_are_dropped() -> None:
     assert data == b"abCD" and stream.restarts == 1 and stream.status == "succeeded"
 
 
+async def test_an_attempt_with_no_audio_does_not_replace_one_in_progress() -> None:
+    data, stream = await collect([chunk(0, b"ab"),
+                                  chunk(0, b"", attempt="b", final=True, status="succeeded"),
+                                  chunk(1, b"cd"),
+                                  chunk(2, b"", final=True, status="succeeded")])
+    assert data == b"abcd" and stream.restarts == 0 and stream.status == "succeeded"
+
+
 def record(key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> object:
     return SimpleNamespace(key=key, value=value, headers=headers, partition=3, offset=7)
 
