@@ -153,6 +153,7 @@ class JobAggregator:
     # --- the stream -----------------------------------------------------------------------
 
     async def _aggregate(self, stream: Any) -> None:
+        await self._changelog_known()
         async for event in stream.events():
             message = event.message
             ctx = {"topic": message.topic, "partition": message.partition,
@@ -179,6 +180,20 @@ class JobAggregator:
                 self.table[key] = encode_state(merged)
                 if merged.complete:
                     await self._close(key, merged)
+
+    async def _changelog_known(self) -> None:
+        """faust hashes a table key to its changelog partition from the producer's metadata
+        without waiting for it. Right after a restart, before that metadata named the
+        changelog topic, a table write raised TypeError ("'NoneType' object is not
+        iterable") and the agent crashed for good, its jobs never closed (a CI run under
+        load). aiokafka's partitions_for waits for the topic's metadata."""
+        topic = self.table.changelog_topic.get_topic_name()
+        driver: Any = self.app.producer  # faust's aiokafka driver: no public way to it
+        producer = driver._ensure_producer()
+        try:
+            await asyncio.wait_for(producer.partitions_for(topic), 60)
+        except Exception as exc:  # the write then fails as before, and says why
+            log.warning("no metadata for the changelog topic %s yet: %s", topic, exc)
 
     async def _tick(self) -> None:
         """Close jobs that are complete but not emitted (after a crash) or that timed out."""
