@@ -227,7 +227,12 @@ class GatewaySettings(_Checked):
 
     host: str = var("VF_GATEWAY_HOST", "0.0.0.0")  # noqa: S104 - the Service reaches the pod
     port: int = var("VF_GATEWAY_PORT", 8080, ge=0, le=65535)
+    # /healthz, /readyz, /metrics: their own listener (same host), never the API's port, so
+    # an Ingress in front of the API cannot expose them
+    ops_port: int = var("VF_GATEWAY_OPS_PORT", 9110, ge=0, le=65535)
     keys_file: str = var("VF_GATEWAY_KEYS_FILE", "")  # "": <state dir>/gateway-keys
+    # how often the keys file is checked for changes: a revoked key fails within this
+    keys_reload_s: float = var("VF_GATEWAY_KEYS_RELOAD_S", 5.0, gt=0.0)
     max_body_bytes: int = var("VF_GATEWAY_MAX_BODY_BYTES", 1024 * 1024, ge=1)
     max_upload_bytes: int = var("VF_GATEWAY_MAX_UPLOAD_BYTES", 20 * 1024 * 1024, ge=1)
     # `keys add` without --rate / --streams: requests a second and concurrent streams

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from topics.specs import (
     AUDIO,
+    AUDIT,
     CONTROL,
     DLQ,
     FLEET,
@@ -69,7 +70,8 @@ GATEWAY = Role(
     "gateway",
     # replies (chunks, results), job progress, the fleet view it routes by
     read=(AUDIO.name, RESULTS.name, JOBS.name, FLEET.name),
-    write=(REQUESTS.name, REQUESTS_INTERACTIVE.name, CONTROL.name, VOICES.name),
+    # requests of both lanes, cancels, voice events, and the audit of what its keys did
+    write=(REQUESTS.name, REQUESTS_INTERACTIVE.name, CONTROL.name, VOICES.name, AUDIT.name),
     groups=("vf-gateway",),
     describe_groups=("vf-synth",),
 )

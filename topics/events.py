@@ -17,6 +17,7 @@ RESULT_SCHEMA = "tts.result.v1"
 JOB_SCHEMA = "tts.job.v1"
 DLQ_SCHEMA = "tts.dlq.v1"
 CONTROL_SCHEMA = "tts.control.v1"
+AUDIT_SCHEMA = "tts.audit.v1"
 
 Mode = Literal["zero_shot", "cross_lingual", "instruct", "sft"]
 AudioFormat = Literal["wav", "flac", "mp3", "opus"]
@@ -207,6 +208,27 @@ class ControlCommand(_Event, tag_field="schema", tag=CONTROL_SCHEMA):
     tenant: str | None = None  # v1 addition: cancels only that tenant's; absent: `default`
 
 
+# What an audit event may say happened (an open set: readers keep an action they do not
+# know; docs/contract.md lists what each one means).
+AUDIT_ACTIONS = ("voice.create", "voice.delete", "consent.create", "consent.delete",
+                 "key.add", "key.revoke", "job.submit", "job.rerun")
+
+
+class AuditEvent(_Event, tag_field="schema", tag=AUDIT_SCHEMA):
+    """One thing a tenant's key (or an operator's CLI) did, on the append-only tts.audit,
+    keyed by tenant. `key_id` is the acting key's id (the first 12 hex digits of its hash,
+    never the key); absent for an operator's CLI. `client` is the caller's address as the
+    gateway saw it (its peer), or `cli:<user>@<host>`."""
+
+    tenant: str
+    action: str
+    object: str
+    time: str
+    key_id: str | None = None
+    client: str | None = None
+    request_id: str | None = None  # the HTTP request's X-Request-Id, when the caller sent one
+
+
 class DeadLetter(_Event, tag_field="schema", tag=DLQ_SCHEMA):
     topic: str
     partition: int
@@ -260,3 +282,7 @@ def decode_voice(raw: bytes) -> VoiceRegistration:
 
 def decode_job(raw: bytes) -> JobCompleted:
     return decode_json(raw, JobCompleted)
+
+
+def decode_audit(raw: bytes) -> AuditEvent:
+    return decode_json(raw, AuditEvent)

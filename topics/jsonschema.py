@@ -26,12 +26,15 @@ import msgspec
 
 from topics.errors import ErrorCode
 from topics.events import (
+    AUDIT_ACTIONS,
+    AUDIT_SCHEMA,
     CONTROL_SCHEMA,
     DLQ_SCHEMA,
     JOB_SCHEMA,
     REQUEST_SCHEMA,
     RESULT_SCHEMA,
     VOICE_SCHEMA,
+    AuditEvent,
     ControlCommand,
     DeadLetter,
     JobCompleted,
@@ -66,6 +69,7 @@ EVENTS: dict[str, type[msgspec.Struct]] = {
     DLQ_SCHEMA: DeadLetter,
     CONTROL_SCHEMA: ControlCommand,
     FLEET_SCHEMA: WorkerStatus,
+    AUDIT_SCHEMA: AuditEvent,
 }
 
 _DESCRIPTIONS = {
@@ -87,6 +91,10 @@ _DESCRIPTIONS = {
                     "cancel one request, or every line of a job not yet answered. Exactly "
                     "one of request_id and job_id is set; a command that breaks this is "
                     "logged and skipped by its readers.",
+    AUDIT_SCHEMA: "One thing a tenant's API key, or an operator's CLI, did, on the "
+                  "append-only tts.audit (kept 365 days, never compacted), keyed by tenant. "
+                  "Never carries a key: key_id is the first 12 hex digits of its SHA-256. "
+                  "Readers keep actions they do not know.",
     FLEET_SCHEMA: "A worker's status on the compacted tts.fleet, keyed by its worker ID and "
                   "rewritten every interval_ms: the partitions it owns in each request lane, "
                   "the work waiting for it there, the voices whose profiles it holds and "
@@ -273,6 +281,32 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("ControlCommand", "requested_at"): {"format": "date-time"},
     ("ControlCommand", "reason"): {"description": "free text, for logs"},
+    ("AuditEvent", "tenant"): {
+        "minLength": 1, "maxLength": 64, "pattern": ID_PATTERN,
+        "description": f"the tenant the action belongs to, also the record key; {_ID_DESCRIPTION}",
+    },
+    ("AuditEvent", "action"): {
+        "pattern": r"^[a-z_]+\.[a-z_]+$",
+        "description": "what was done; known: " + ", ".join(AUDIT_ACTIONS),
+    },
+    ("AuditEvent", "object"): {
+        "minLength": 1, "maxLength": REQUEST_ID_MAX, "pattern": ID_PATTERN,
+        "description": "the ID acted on: a voice, consent, job or key id",
+    },
+    ("AuditEvent", "time"): {"format": "date-time"},
+    ("AuditEvent", "key_id"): {
+        "pattern": r"^[0-9a-f]{12}$",
+        "description": "the acting API key: the first 12 hex digits of its SHA-256; absent "
+                       "when an operator's CLI acted",
+    },
+    ("AuditEvent", "client"): {
+        "maxLength": 256,
+        "description": "the caller's address as the gateway saw it, or cli:<user>@<host>",
+    },
+    ("AuditEvent", "request_id"): {
+        "maxLength": REQUEST_ID_MAX,
+        "description": "the HTTP request's X-Request-Id, when the caller sent one",
+    },
     ("WorkerStatus", "worker"): {
         "minLength": 1, "description": "the worker's instance ID (VF_INSTANCE_ID), also the "
                                        "record key",

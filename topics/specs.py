@@ -64,9 +64,12 @@ CONTROL = TopicSpec("tts.control", 3, "delete", DAY_MS, "request_id or job_id")
 # Routing (topics/fleet.py): each worker's latest status; compacted, and old enough records
 # of workers that never came back are deleted. One partition: every router reads it all.
 FLEET = TopicSpec("tts.fleet", 1, "compact,delete", DAY_MS, "worker")
+# Audit (tts.audit.v1): append-only, never compacted, kept a year; keyed by tenant so one
+# tenant's trail is in order on one partition.
+AUDIT = TopicSpec("tts.audit", 3, "delete", 365 * DAY_MS, "tenant")
 
 ALL_TOPICS: tuple[TopicSpec, ...] = (REQUESTS, VOICES, RESULTS, JOBS, DLQ,
-                                     REQUESTS_INTERACTIVE, AUDIO, CONTROL, FLEET)
+                                     REQUESTS_INTERACTIVE, AUDIO, CONTROL, FLEET, AUDIT)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class TopicNames:
     audio: str
     control: str
     fleet: str
+    audit: str
 
 
 def topic_names(prefix: str = "") -> TopicNames:
@@ -93,4 +97,5 @@ def topic_names(prefix: str = "") -> TopicNames:
         audio=prefix + AUDIO.name,
         control=prefix + CONTROL.name,
         fleet=prefix + FLEET.name,
+        audit=prefix + AUDIT.name,
     )

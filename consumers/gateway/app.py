@@ -1,13 +1,16 @@
 """The gateway's ASGI app (Starlette on uvicorn): HTTP in, lane requests out, replies back.
 
     request -> `Guard` (pure ASGI, outermost): /v1/* needs `Authorization: Bearer KEY`
-      (401), the tenant's token bucket (429 + Retry-After), a declared body within the limit
+      (401; a revoked key too), a scope the route accepts (403 `missing_scope`,
+      consumers.gateway.scopes), the tenant's token bucket (429 + Retry-After), a declared
+      body within the limit
       (413 before reading), and counts the body as it arrives (413 once over, whatever the
       framing); every exchange -> vf_gateway_requests_total{route,status}
     -> Starlette routes: speech (below), voices and jobs (`consumers.gateway.resources`),
       stored bytes and the fleet summary for the console (`consumers.gateway.console_api`),
-      /healthz, /readyz, /metrics, /openapi.json (`consumers.gateway.openapi`, no key), and
-      the console's files under /console (no key: `consumers.gateway.console`)
+      /openapi.json (`consumers.gateway.openapi`, no key), and the console's files under
+      /console (no key: `consumers.gateway.console`). /healthz, /readyz and /metrics are
+      not here: they answer on the ops port only (`consumers.gateway.ops`)
     speech: body -> JSON -> `parse_speech` (400) -> voice registered? (404) -> lane lag under
       the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
       -> requests routed (consumers.fleet) to tts.requests.interactive with
@@ -35,7 +38,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import console, console_api, openapi, resources
+from consumers.gateway import console, console_api, openapi, resources, scopes
+from consumers.gateway.audit import AuditUnavailable
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
 from consumers.gateway.runtime import Gateway
@@ -105,21 +109,6 @@ async def speech(request: Request) -> Response:
                         on_end=on_end)
 
 
-async def healthz(request: Request) -> Response:
-    return Response(b'{"status": "ok"}', media_type="application/json")
-
-
-async def readyz(request: Request) -> Response:
-    ok, checks = request.app.state.gateway.readiness()
-    body = orjson.dumps({"status": "ok" if ok else "unavailable", "checks": checks})
-    return Response(body, 200 if ok else 503, media_type="application/json")
-
-
-async def metrics(request: Request) -> Response:
-    payload, content_type = request.app.state.gateway.metrics.render()
-    return Response(payload, media_type=content_type)
-
-
 async def _too_large(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, BodyTooLarge)
     return json_error(413, str(exc), "body_too_large")
@@ -145,6 +134,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return response
 
 
+async def _audit_unavailable(request: Request, exc: Exception) -> Response:
+    """The action's audit event was not written, so the action was not done
+    (consumers/gateway/audit.py says why refusing is the policy)."""
+    return json_error(503, str(exc), "audit_unavailable", retry_after=1)
+
+
 async def _kafka_error(request: Request, exc: Exception) -> Response:
     """A voice event or a job's requests not produced: nothing was promised, retry."""
     log.warning("%s %s: Kafka: %s", request.method, request.url.path, exc)
@@ -163,11 +158,11 @@ def build_app(gateway: Gateway) -> ASGIApp:
     app = Starlette(routes=[
         Route("/v1/audio/speech", speech, methods=["POST"]),
         *resources.routes(), *console_api.routes(), *console.routes(),
-        Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
         Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
                                               VoiceFactoryError: _store_error,
                                               KafkaError: _kafka_error,
+                                              AuditUnavailable: _audit_unavailable,
                                               HTTPException: _http_error})
     app.state.gateway = gateway
     return Guard(app, gateway)
@@ -184,8 +179,7 @@ _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+/timeline"), "/v1/jobs/{id}/timeline"),
            (re.compile(r"/v1/jobs/[^/]+/rerun"), "/v1/jobs/{id}/rerun"),
            (re.compile(r"/console(/.*)?"), "/console"))
-_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/healthz", "/readyz",
-          "/metrics"}
+_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet"}
 
 
 def route_label(path: str) -> str:
@@ -240,7 +234,14 @@ class Guard:
                               "missing_api_key")
         tenant = self.gateway.keys.lookup(key)
         if tenant is None:
-            return json_error(401, "invalid API key", "invalid_api_key")
+            revoked = self.gateway.keys.revoked(key)
+            return json_error(401, "API key revoked" if revoked else "invalid API key",
+                              "invalid_api_key")
+        route = scopes.route_of(self.app.routes, scope)
+        if route is not None:
+            denied = scopes.refusal(tenant.scopes, *route)
+            if denied is not None:
+                return denied
         refusal = self.gateway.limiter.admit(tenant)
         if refusal is not None:
             return json_error(429, refusal.reason, "rate_limited",
@@ -250,7 +251,9 @@ class Guard:
         if declared.isdigit() and int(declared) > limit:
             return json_error(413, f"request body of {int(declared):,} bytes is over the limit "
                                    f"of {limit:,} bytes", "body_too_large")
-        scope.setdefault("state", {})["tenant"] = tenant
+        state = scope.setdefault("state", {})
+        state["tenant"] = tenant
+        state["key_id"] = tenant.key_id  # who acted, for the audit (never the key)
         return None
 
 

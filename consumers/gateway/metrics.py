@@ -10,6 +10,8 @@ speech answer's first audio byte -> `observe_ttfb(seconds)`; streams opening and
     vf_gateway_interactive_lag                vf-synth's lag on tts.requests.interactive
     vf_gateway_cancels_total                  cancels produced to tts.control
     vf_gateway_failovers_total                requests sent again: worker gone, no chunk yet
+    vf_gateway_audit_events_total{action,result}  audit events written (ok) or not (failed:
+                                              the action was refused, 503)
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ class GatewayMetrics:
         self._failovers = Counter("vf_gateway_failovers",
                                   "Requests sent again to another worker: theirs left the "
                                   "fleet view before the first chunk", registry=r)
+
+        self._audit = Counter("vf_gateway_audit_events", "Audit events by action; failed: "
+                              "not written, the action refused", ["action", "result"],
+                              registry=r)
+
+    def on_audit(self, action: str, ok: bool) -> None:
+        self._audit.labels(action=action, result="ok" if ok else "failed").inc()
 
     def on_response(self, route: str, status: int) -> None:
         self._requests.labels(route=route, status=str(status)).inc()

@@ -3,13 +3,15 @@
     the bodies and answers (`SpeechBody` in consumers.gateway.speech; `VoiceForm`,
       `JobScript`, `JobRerun`, `Voice`, `JobFinished`, ... in consumers.gateway.resources;
       `JobTimeline` and `Fleet` in consumers.gateway.console_api; `ApiError`, `Health` and
-      `Readiness` here, what serve.error_body and the app's probes write)
+      `Readiness` here, what serve.error_body and the ops listener's probes write)
     -> msgspec.json.schema_components -> components.schemas (JSON Schema 2020-12, the
       dialect of OpenAPI 3.1)
     -> `OPERATIONS`, one entry per route: its body, its answers, and the refusals every /v1
       route shares (401 without a key, 429 over the tenant's rate, 413 over the body limit,
       503 while the object store is down) -> paths, with bearer auth on /v1/*
-    -> `document()`, built once -> GET /openapi.json (no key, like /healthz).
+    -> `document()`, built once -> GET /openapi.json (no key). /healthz, /readyz and /metrics are on
+      the ops port (consumers.gateway.ops), not in this document; `Health` and `Readiness`
+      describe their bodies.
 
 Every route of the app is described but the console's own files (`NOT_API`): a page and its
 script and style, not an API; docs/console.md describes them.
@@ -31,7 +33,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from consumers.gateway import audio, console_api, resources
+from consumers.gateway import audio, console_api, resources, scopes
 from consumers.gateway.speech import SpeechBody
 from topics.validation import OPUS_RATES, REQUEST_ID_MAX
 
@@ -47,6 +49,9 @@ class ErrorDetail(msgspec.Struct, kw_only=True):
     type: Literal["invalid_request_error", "server_error"]
     param: str | None  # the body field at fault, where one is
     code: str  # the error code: invalid_request, voice_not_found, rate_limited, ...
+    # 403 missing_scope: the scope the key lacks, and every scope the route accepts
+    scope: str | msgspec.UnsetType = msgspec.UNSET
+    accepted: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ApiError(msgspec.Struct, kw_only=True):
@@ -305,20 +310,15 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("get", "/v1/fleet", "getFleet",
               "The workers' statuses, the interactive lane's lag and this replica's errors",
               tag="fleet", answers={200: _json("Fleet", "What this replica reads")}),
-    Operation("get", "/healthz", "healthz", "Liveness", answers={
-        200: _json("Health", "The event loop answers")}),
-    Operation("get", "/readyz", "readyz", "Readiness", answers={
-        200: _json("Readiness", "Ready: producer up, reply partitions held, keys read"),
-        503: _json("Readiness", "Not ready; `checks` says what is missing")}),
-    Operation("get", "/metrics", "metrics", "Prometheus metrics", answers={
-        200: Answer("The text exposition format", {"text/plain": {"type": "string"}})}),
     Operation("get", "/openapi.json", "openapi", "This document", answers={
         200: Answer("OpenAPI 3.1", {JSON: {"type": "object"}})}),
 )
 
 # Refusals of the guard in front of every /v1 route (consumers.gateway.app.Guard).
 _GUARDED = {
-    401: _error("No key (`missing_api_key`) or an unknown one (`invalid_api_key`)"),
+    401: _error("No key (`missing_api_key`), an unknown or a revoked one "
+                "(`invalid_api_key`)"),
+    403: _error("The key lacks the route's scope (`missing_scope`; `error.scope` names it)"),
     429: _error("Over the tenant's rate (`rate_limited`)", "Retry-After"),
 }
 _TOO_LARGE = _error("The body is over the limit (`body_too_large`): VF_GATEWAY_MAX_BODY_BYTES, "
@@ -368,6 +368,8 @@ def _operation(op: Operation) -> dict[str, Any]:
             media: {"schema": schema, **({"example": op.example} if op.example else {})}
             for media, schema in op.body.items()}}
     spec["security"] = [{"bearer": []}] if op.authenticated else []
+    if op.authenticated:  # any one of them will do (consumers.gateway.scopes)
+        spec["x-vf-scopes"] = list(scopes.needed(op.method.upper(), op.path))
     return spec
 
 

@@ -3,8 +3,11 @@
 POST /v1/voices (multipart: `reference` file, `transcript`, optional `voice_id`, `language`)
   -> `check_reference` (422 with the verdict table as JSON when a rule fails; `?dry_run=1`
      stops here: 200 with the table, nothing stored or produced)
+  -> the audit event (`gw.audit.record`, consumers/gateway/audit.py; not written: 503)
   -> `register_voice` (the CLI's `voices add`) -> the event on tts.voices.
-GET /v1/voices, GET /v1/voices/{id}: voice.json objects; DELETE: `remove_voice` + tombstone.
+GET /v1/voices, GET /v1/voices/{id}: voice.json objects; DELETE: audit event, then
+  `remove_voice` + tombstone. A job's submission and re-run are audited before their
+  requests are produced.
 POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) ->
   `consumers.clients.jobs.submit`, the very operation of `job run` (400 naming unknown
   voices; version 1 of a new job, or the next version of a finished one with only its
@@ -286,6 +289,7 @@ async def create_voice(request: Request) -> Response:
                           param="reference", checks=msgspec.to_builtins(checks))
     if dry_run:
         return _json(VoiceCheck(id=voice_id, object="voice.check", ok=True, checks=checks))
+    await gw.audit.record(request, "voice.create", voice_id)  # refused: 503, nothing stored
     try:
         event = await asyncio.to_thread(
             register_voice, gw.store, voice_id=voice_id, reference=data,
@@ -319,6 +323,9 @@ async def voice(request: Request) -> Response:
     if isinstance(voice_id, Response):
         return voice_id
     if request.method == "DELETE":
+        # Audited only for a voice that exists: a trail of deletes answered 404 says nothing.
+        if await asyncio.to_thread(gw.store.stat, keys.voice_json_key(voice_id)) is not None:
+            await gw.audit.record(request, "voice.delete", voice_id)
         try:
             removed = await asyncio.to_thread(remove_voice, gw.store, voice_id)
         except VoiceFactoryError as exc:
@@ -373,6 +380,7 @@ async def create_job(request: Request) -> Response:
                        message=submission.describe())
     if submission.unchanged:
         return _json(msgspec.structs.replace(answer, status="unchanged", lines=[]))
+    await gw.audit.record(request, "job.submit", script.job_id)  # before any request
     await gw.produce(gw.names.requests, submission.requests)
     return _json(answer, 202)
 
@@ -407,6 +415,7 @@ async def rerun_job(request: Request) -> Response:
         return json_error(409, str(exc), "invalid_request")
     if submission.unchanged:
         return json_error(409, submission.describe(), "nothing_to_rerun")
+    await gw.audit.record(request, "job.rerun", job_id)
     await gw.produce(gw.names.requests, submission.requests)
     return _json(JobQueued(id=job_id, object="job", status="queued",
                            version=submission.version, total=submission.manifest.total,

@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError
 from consumers import kafka_access, startup
 from consumers.fleet.sending import RoutedSender, fleet_router
 from consumers.fleet.view import FleetView
+from consumers.gateway.audit import Audit
 from consumers.gateway.failover import Failover
 from consumers.gateway.keys import KeyRing
 from consumers.gateway.lag import LagSampler
@@ -50,7 +51,8 @@ class Gateway:
                  keyring: KeyRing | None = None) -> None:
         self.settings = settings
         self.names = topic_names(settings.kafka.topic_prefix)
-        self.keys = keyring if keyring is not None else KeyRing(settings.gateway.keys_path())
+        self.keys = keyring if keyring is not None else KeyRing(
+            settings.gateway.keys_path(), reload_s=settings.gateway.keys_reload_s)
         self.limiter = Limiter()
         self.metrics = GatewayMetrics()
         self.store = store if store is not None else make_store(settings.store)
@@ -58,6 +60,10 @@ class Gateway:
                                   group_id=settings.gateway.group_id,
                                   instance_id=settings.worker.instance_id)
         self.producer: AIOKafkaProducer | None = None
+        # Routes call `await gw.audit.record(request, action, object_id)` (consumers/gateway/
+        # audit.py); it writes with the producer once start() made it.
+        self.audit = Audit(lambda: self.producer, self.names.audit,
+                           on_record=self.metrics.on_audit)
         self._admin: AIOKafkaAdminClient | None = None  # made in start(): needs a loop
         self.lag = LagSampler(admin=lambda: self._admin, offsets=lambda: self.router.consumer,
                               topic=self.names.requests_interactive,

@@ -52,18 +52,20 @@ class StreamBroken(RuntimeError):
 
 
 def error_body(status: int, message: str, code: str, param: str | None = None,
-               **extra: Any) -> bytes:
-    """OpenAI's error object; `extra` goes beside it (a voice upload's `checks`)."""
+               fields: dict[str, Any] | None = None, **extra: Any) -> bytes:
+    """OpenAI's error object, with `fields` inside it (a 403's missing `scope`); `extra`
+    goes beside it (a voice upload's `checks`)."""
     kind = "invalid_request_error" if status < 500 else "server_error"
     return orjson.dumps({"error": {"message": message, "type": kind, "param": param,
-                                   "code": code}, **extra})
+                                   "code": code, **(fields or {})}, **extra})
 
 
 def json_error(status: int, message: str, code: str, *, param: str | None = None,
-               retry_after: int | None = None, **extra: Any) -> Response:
+               retry_after: int | None = None, fields: dict[str, Any] | None = None,
+               **extra: Any) -> Response:
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-    return Response(error_body(status, message, code, param, **extra), status, headers,
-                    media_type="application/json")
+    return Response(error_body(status, message, code, param, fields, **extra), status,
+                    headers, media_type="application/json")
 
 
 def status_for(final: str | None, error: str | None) -> int:

@@ -201,6 +201,25 @@ def test_kubeconform_fails_on_a_kind_without_schema(
      "value: /var/lib/voicefactory/keys", "is not inside a mounted Secret volume"),
     ("base/gateway-service.yaml", "sessionAffinity: None", "sessionAffinity: ClientIP",
      "must not pin clients"),
+    # The probes on the API port: it answers them 404 since the ops port split.
+    ("base/gateway-deployment.yaml", "              path: /readyz\n              port: metrics",
+     "              path: /readyz\n              port: http",
+     "gateway readinessProbe must use the ops port"),
+    ("base/gateway-deployment.yaml", "value: \"9110\"", "value: \"8080\"",
+     "VF_GATEWAY_OPS_PORT equals VF_GATEWAY_PORT"),
+    # An Ingress that would make /metrics public, by port (name or number) or by path.
+    ("overlays/prod/ingress.yaml", "path: /console\n            pathType: Prefix\n"
+     "            backend:\n              service:\n                name: vf-gateway\n"
+     "                port:\n                  name: http",
+     "path: /console\n            pathType: Prefix\n"
+     "            backend:\n              service:\n                name: vf-gateway\n"
+     "                port:\n                  name: metrics",
+     "Ingress vf-gateway routes /console to the gateway's ops port"),
+    ("overlays/prod/ingress.yaml", "port:\n                  name: http\n          - path: "
+     "/openapi.json", "port:\n                  number: 9110\n          - path: /openapi.json",
+     "Ingress vf-gateway routes /v1 to the gateway's ops port"),
+    ("overlays/prod/ingress.yaml", "path: /openapi.json", "path: /metrics",
+     "Ingress vf-gateway routes the path /metrics"),
 ])
 def test_policy_catches_a_broken_copy(checkout: Callable[[], runner.Layout], path: str,
                                       old: str, new: str, expected: str) -> None:

@@ -21,6 +21,7 @@ from topics.events import (
     DeadLetter,
     JobCompleted,
     SynthesisRequest,
+    decode_audit,
     decode_result,
     decode_voice,
     encode,
@@ -201,6 +202,8 @@ def test_contract_example_validates(name: str, body: str) -> None:
         decode_control(raw)
     elif name == "tts.fleet.v1":
         decode_status(raw)
+    elif name == "tts.audit.v1":
+        decode_audit(raw)
     else:
         msgspec.json.decode(raw, type=JobCompleted)
 

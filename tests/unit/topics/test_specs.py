@@ -35,6 +35,7 @@ DESIGN_TOPICS = {
     "tts.control": (3, "delete", 1),
     # docs/contract.md, "Routing keys and the fleet view"
     "tts.fleet": (1, "compact,delete", 1),
+    "tts.audit": (3, "delete", 365),
 }
 ASYNCAPI = Path(__file__).resolve().parents[3] / "docs" / "asyncapi.yaml"
 
@@ -65,7 +66,7 @@ def test_keys_match_design() -> None:
         "tts.dlq": "original key",
         "tts.requests.interactive": "routing key (voice_id or voice_id#shard)",
         "tts.audio": "request_id", "tts.control": "request_id or job_id",
-        "tts.fleet": "worker",
+        "tts.fleet": "worker", "tts.audit": "tenant",
     }
 
 
@@ -73,7 +74,8 @@ def test_keys_match_design() -> None:
 def test_prefix_is_applied_to_every_topic(prefix: str) -> None:
     names = topic_names(prefix)
     assert (names.requests, names.voices, names.results, names.jobs, names.dlq,
-            names.requests_interactive, names.audio, names.control, names.fleet) == tuple(
+            names.requests_interactive, names.audio, names.control, names.fleet,
+            names.audit) == tuple(
         prefix + s.name for s in ALL_TOPICS)
 
 

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 
 from consumers.gateway.app import build_app, route_label
 from consumers.gateway.keys import KeyRing, add_key
+from consumers.gateway.ops import PortRouter, build_ops_app
 from consumers.gateway.runtime import Gateway
 from consumers.settings import GatewaySettings, Settings
 
@@ -91,14 +92,31 @@ def test_bodies_over_the_limit_are_refused_declared_or_streamed(http: TestClient
 
 def test_metrics_count_routes_by_template_and_health_needs_no_key(http: TestClient,
                                                                   gateway: Gateway) -> None:
-    assert http.get("/healthz").status_code == 200
-    ready = http.get("/readyz")
+    ops = TestClient(build_ops_app(gateway))
+    assert ops.get("/healthz").status_code == 200
+    ready = ops.get("/readyz")
     assert ready.status_code == 503 and ready.json()["checks"]["producer"] is False
     http.get("/v1/voices/abc")
-    text = http.get("/metrics").text
+    text = ops.get("/metrics").text
     assert 'vf_gateway_requests_total{route="/v1/voices/{id}",status="401"} 1.0' in text
-    assert 'route="/healthz",status="200"' in text
     assert route_label("/v1/jobs/j-1") == "/v1/jobs/{id}" and route_label("/x/y") == "other"
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics"])
+def test_the_api_port_does_not_serve_the_ops_paths(http: TestClient, path: str) -> None:
+    answer = http.get(path)
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+
+
+def test_connections_go_to_the_app_of_the_port_they_arrived_on(gateway: Gateway) -> None:
+    api, ops = build_app(gateway), build_ops_app(gateway)
+    # TestClient's connections arrive on port 80 of "testserver".
+    on_ops = TestClient(PortRouter(api, ops, ops_port=80))
+    assert on_ops.get("/healthz").status_code == 200
+    assert on_ops.get("/v1/voices").status_code == 404  # the ops port has no API
+    on_api = TestClient(PortRouter(api, ops, ops_port=9110))
+    assert on_api.get("/healthz").status_code == 404
+    assert on_api.get("/v1/voices").status_code == 401
 
 
 def test_no_key_reaches_a_log_line(http: TestClient, gateway: Gateway,

@@ -22,7 +22,7 @@ from consumers.fleet.router import FleetRouter
 from consumers.fleet.view import FleetView
 from consumers.gateway import console
 from consumers.gateway.app import build_app, route_label
-from consumers.gateway.keys import KeyRing, add_key
+from consumers.gateway.keys import SCOPES, KeyRing, add_key
 from consumers.gateway.runtime import Gateway
 from consumers.settings import GatewaySettings, Settings
 from pipeline import keys
@@ -53,7 +53,7 @@ def http(gateway: Gateway) -> Iterator[TestClient]:
 
 @pytest.fixture
 def auth(gateway: Gateway) -> dict[str, str]:
-    key = add_key(gateway.keys.path, "acme", rate=100, streams=2)
+    key = add_key(gateway.keys.path, "acme", rate=100, streams=2, scopes=SCOPES)
     gateway.keys.refresh(force=True)
     return {"Authorization": f"Bearer {key}"}
 

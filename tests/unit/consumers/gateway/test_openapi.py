@@ -25,13 +25,15 @@ from starlette.testclient import TestClient
 from consumers.clients.scripts import parse_script
 from consumers.gateway import openapi, resources
 from consumers.gateway.app import build_app
-from consumers.gateway.keys import KeyRing, add_key
+from consumers.gateway.keys import SCOPES, KeyRing, add_key
+from consumers.gateway.ops import build_ops_app
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import error_body
 from consumers.gateway.speech import LANGUAGE_PATTERN, BadField, SpeechBody, parse_speech
 from consumers.settings import GatewaySettings, Settings
 from pipeline.keys import job_json_key, job_script_key
 from pipeline.text.language import normalise_tag
+from tests.unit.consumers.gateway.auditlog import recorded
 from tests.unit.consumers.gateway.memorystore import MemoryStore
 from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import (
@@ -60,12 +62,14 @@ def store() -> MemoryStore:
 def gateway(tmp_path: Path, store: MemoryStore) -> Gateway:
     keys = tmp_path / "keys"
     settings = Settings(gateway=GatewaySettings(keys_file=str(keys)))
-    return Gateway(settings, keyring=KeyRing(keys), store=store)  # type: ignore[arg-type]
+    gateway = Gateway(settings, keyring=KeyRing(keys), store=store)  # type: ignore[arg-type]
+    recorded(gateway)
+    return gateway
 
 
 @pytest.fixture
 def auth(gateway: Gateway, tmp_path: Path) -> dict[str, str]:
-    key = add_key(tmp_path / "keys", "acme", rate=1000, streams=2)
+    key = add_key(tmp_path / "keys", "acme", rate=1000, streams=2, scopes=SCOPES)
     gateway.keys.refresh(force=True)
     return {"Authorization": f"Bearer {key}"}
 
@@ -128,13 +132,14 @@ def test_it_is_served_without_a_key(http: TestClient) -> None:
 
 
 def test_what_the_app_writes_outside_the_route_types_matches_the_document(
-        http: TestClient) -> None:
+        http: TestClient, gateway: Gateway) -> None:
     strict = msgspec.json.Decoder(openapi.ApiError)
     body = strict.decode(error_body(422, "bad", "reference_invalid", "reference", checks=[]))
     assert body.error.type == "invalid_request_error" and body.checks == []
     assert strict.decode(error_body(503, "down", "kafka_error")).error.type == "server_error"
-    msgspec.json.decode(http.get("/healthz").content, type=openapi.Health)
-    ready = http.get("/readyz")
+    ops = TestClient(build_ops_app(gateway))
+    msgspec.json.decode(ops.get("/healthz").content, type=openapi.Health)
+    ready = ops.get("/readyz")
     assert msgspec.json.decode(ready.content, type=openapi.Readiness).status == "unavailable"
 
 
