@@ -279,6 +279,14 @@ def cmd_results(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from consumers.clients.audit import tail_audit
+
+    asyncio.run(tail_audit(_settings(args), from_beginning=args.from_beginning,
+                           out=sys.stdout, tenant=args.tenant, limit=args.limit))
+    return EXIT_OK
+
+
 def cmd_dlq(args: argparse.Namespace) -> int:
     from consumers.clients.dlq import NotStored, stored_value
     from consumers.wiring import make_store
@@ -491,6 +499,16 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--from-beginning", action="store_true")
     tail.add_argument("--limit", type=int, help="stop after this many results")
     results.set_defaults(func=cmd_results)
+
+    audit = sub.add_parser("audit", help="follow tts.audit: what tenants' keys did")
+    asub = audit.add_subparsers(dest="action", required=True)
+    atail = common(asub.add_parser("tail", help="print one line per audit event as they "
+                                                "arrive (voice, consent, key and job actions)"))
+    atail.add_argument("--tenant", help="only this tenant's events")
+    atail.add_argument("--from-beginning", action="store_true",
+                       help="from the oldest kept event (the topic keeps 365 days)")
+    atail.add_argument("--limit", type=int, help="stop after this many events")
+    audit.set_defaults(func=cmd_audit)
     add_gateway_parser(sub, common)
     return parser
 

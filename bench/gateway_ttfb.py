@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import math
 import os
-import socket
 import struct
 import tempfile
 import time
@@ -35,9 +34,9 @@ import uuid
 from pathlib import Path
 
 import httpx
-import uvicorn
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from consumers.gateway import ops
 from consumers.gateway.app import build_app
 from consumers.gateway.keys import KeyRing, add_key
 from consumers.gateway.runtime import Gateway
@@ -174,19 +173,18 @@ async def measure(settings: Settings, formats: list[str], count: int, first_chun
     key = add_key(settings.gateway.keys_path(), "bench", rate=1e6, streams=100)
     worker_task = asyncio.create_task(worker.run())
     real_task = asyncio.create_task(runtime.worker.run()) if runtime is not None else None
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(
-        build_app(Gateway(settings, keyring=KeyRing(settings.gateway.keys_path()))),
-        host="127.0.0.1", port=port, log_config=None, access_log=False))
-    server_task = asyncio.create_task(server.serve())
+    gateway = Gateway(settings, keyring=KeyRing(settings.gateway.keys_path()))
+    # The API and the ops listener (/readyz) on free loopback ports (consumers.gateway.ops).
+    server, sockets = ops.server(build_app(gateway), ops.build_ops_app(gateway),
+                                 host="127.0.0.1", port=0, ops_port=0)
+    port, ops_port = (int(s.getsockname()[1]) for s in sockets)
+    server_task = asyncio.create_task(server.serve(sockets=sockets))
     results: dict[str, list[float]] = {}
     whole: dict[str, list[float]] = {}
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
             for _ in range(300):
-                if await _ready(http):
+                if await _ready(http, f"http://127.0.0.1:{ops_port}"):
                     break
                 await asyncio.sleep(0.1)
             if real:  # the worker's first turn (group join, profile) is no request's share
@@ -213,9 +211,9 @@ async def measure(settings: Settings, formats: list[str], count: int, first_chun
     return results, whole
 
 
-async def _ready(http: httpx.AsyncClient) -> bool:
+async def _ready(http: httpx.AsyncClient, ops_url: str) -> bool:
     with contextlib.suppress(httpx.HTTPError):
-        return (await http.get("/readyz")).status_code == 200
+        return (await http.get(ops_url + "/readyz")).status_code == 200
     return False
 
 

@@ -1,10 +1,11 @@
 """The gateway in-process on 127.0.0.1 (uvicorn), and a fake worker for its reply path.
 
-`RunningGateway`: `Gateway` + `build_app` served by uvicorn on a free port, on the test's
-event loop, ready once it holds reply partitions. `FakeStreamingWorker` is NOT the real
-worker: it stands in for the streaming worker (branch `stream`) so the gateway's side of the
-contract can be tested now. It reads tts.requests.interactive and answers each request with
-chunk records on the partition named by `vf-reply-partition`, shaped by the request text:
+`RunningGateway`: `Gateway` + `build_app` served by uvicorn on a free port (and its ops
+listener on another), on the test's event loop, ready once it holds reply partitions.
+`FakeStreamingWorker` is NOT the real worker: it stands in for the streaming worker (branch
+`stream`) so the gateway's side of the contract can be tested now. It reads
+tts.requests.interactive and answers each request with chunk records on the partition
+named by `vf-reply-partition`, shaped by the request text:
 "fail" -> a failed final record, "restart" -> attempt a, then attempt b from seq 0,
 "slow" -> one chunk every 200 ms for 10 s (disconnect tests), "pause" -> one every 300 ms
 for 3 s (rebalance tests), else 3 chunks + final.
@@ -25,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import uvicorn
 from aiokafka import TopicPartition
 
+from consumers.gateway import ops
 from consumers.gateway.app import build_app
 from consumers.gateway.keys import KeyRing
 from consumers.gateway.runtime import Gateway
@@ -59,9 +60,10 @@ async def cli_gateway(settings: Settings, *, log: Path | None = None, ready_s: f
     """`voicefactory gateway` as its own process (one a test can kill -9), on a free port,
     ready within `ready_s`: yields the process and its base URL; kills it at the end if it
     still runs. Its stdout and stderr go to `log` when given (appended), else nowhere."""
-    port = free_port()
+    port, ops_port = free_port(), free_port()
     env = {**os.environ, **settings.to_env(), "VF_GATEWAY_PORT": str(port),
-           "VF_GATEWAY_HOST": "127.0.0.1", "VF_INSTANCE_ID": "doomed"}
+           "VF_GATEWAY_OPS_PORT": str(ops_port), "VF_GATEWAY_HOST": "127.0.0.1",
+           "VF_INSTANCE_ID": "doomed"}
     out = await asyncio.to_thread(log.open, "ab") if log is not None else None
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -78,7 +80,8 @@ async def cli_gateway(settings: Settings, *, log: Path | None = None, ready_s: f
             deadline = time.monotonic() + ready_s
             while True:
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(url + "/readyz")).status_code == 200:
+                    ready = await http.get(f"http://127.0.0.1:{ops_port}/readyz")
+                    if ready.status_code == 200:
                         break
                 if time.monotonic() > deadline or proc.returncode is not None:
                     raise AssertionError("the subprocess gateway never became ready")
@@ -91,20 +94,27 @@ async def cli_gateway(settings: Settings, *, log: Path | None = None, ready_s: f
 
 
 class RunningGateway:
+    """The API on `url` and /healthz, /readyz, /metrics on `ops_url`, one uvicorn server
+    over two loopback sockets as `voicefactory gateway` runs it (consumers.gateway.ops)."""
+
     def __init__(self, settings: Settings, keyring: KeyRing) -> None:
-        self.port = free_port()
         self.gateway = Gateway(settings, keyring=keyring)
-        config = uvicorn.Config(build_app(self.gateway), host="127.0.0.1", port=self.port,
-                                log_config=None, access_log=False, lifespan="on")
-        self.server = uvicorn.Server(config)
+        self.server, self.sockets = ops.server(build_app(self.gateway),
+                                               ops.build_ops_app(self.gateway),
+                                               host="127.0.0.1", port=0, ops_port=0)
+        self.port, self.ops_port = (int(s.getsockname()[1]) for s in self.sockets)
         self.task: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def ops_url(self) -> str:
+        return f"http://127.0.0.1:{self.ops_port}"
+
     async def __aenter__(self) -> RunningGateway:
-        self.task = asyncio.create_task(self.server.serve())
+        self.task = asyncio.create_task(self.server.serve(sockets=self.sockets))
         for _ in range(300):
             if self.server.started and self.gateway.router.partitions:
                 return self
@@ -114,7 +124,11 @@ class RunningGateway:
     async def __aexit__(self, *exc: object) -> None:
         self.server.should_exit = True
         assert self.task is not None
-        await asyncio.wait_for(self.task, 30)
+        try:
+            await asyncio.wait_for(self.task, 30)
+        finally:
+            for sock in self.sockets:
+                sock.close()
 
 
 @dataclass

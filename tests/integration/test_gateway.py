@@ -143,8 +143,9 @@ async def test_hostile_requests_get_4xx_and_nothing_reaches_kafka(
         assert not_audio.status_code == 422
         assert any(c["rule"] == "decodable" and not c["ok"]
                    for c in not_audio.json()["checks"])
-        ready = await http.get("/readyz")
+        ready = await http.get(gateway.ops_url + "/readyz")
         assert ready.status_code == 200
+        assert (await http.get("/readyz")).status_code == 404  # not on the API port
     assert await produced(gw_settings, REQUESTS_INTERACTIVE.name,
                           REQUESTS_INTERACTIVE.partitions) == 0
 
@@ -241,7 +242,7 @@ async def test_a_lagging_lane_gets_503_with_retry_after(settings: Settings, tmp_
                                    json={"model": "tts-1", "voice": voice, "input": "Hi."})
         assert response.status_code == 503 and response.headers["retry-after"] == "1"
         assert "3 requests behind" in response.json()["error"]["message"]
-        assert "vf_gateway_interactive_lag 3.0" in (await http.get("/metrics")).text
+        assert "vf_gateway_interactive_lag 3.0" in (await http.get(gw.ops_url + "/metrics")).text
 
 
 async def test_a_rebalance_mid_stream_does_not_strand_the_answer(

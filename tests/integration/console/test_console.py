@@ -48,7 +48,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from consumers.clients.demo import REFERENCE_TEXT, make_reference
-from consumers.gateway.keys import add_key
+from consumers.gateway.keys import SCOPES, add_key
 from consumers.settings import (
     GatewaySettings,
     KafkaSettings,
@@ -151,8 +151,9 @@ def stack(bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
                               session_timeout_ms=10_000),
         gateway=GatewaySettings(keys_file=str(tmp / "keys"), group_id=f"vf-gateway-{prefix}"))
     topics(settings, create=True)
-    key = add_key(settings.gateway.keys_path(), "console", rate=100, streams=4)
-    port = free_port()
+    key = add_key(settings.gateway.keys_path(), "console", rate=100, streams=4,
+                  scopes=SCOPES)  # the console's fleet page is an operator's (admin)
+    port, ops_port = free_port(), free_port()
     env = worker_env(settings)
     procs = [
         _spawn(["worker"], {**env, **BENCH_ENGINE}, tmp / "worker.log"),
@@ -160,12 +161,14 @@ def stack(bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
                {**env, "VF_AGGREGATOR_PORT": "-1", "VF_AGGREGATOR_DATADIR": str(tmp / "faust"),
                 "VF_JOB_TIMEOUT_SECONDS": "120"}, tmp / "aggregator.log"),
         _spawn(["gateway", "--log-format", "text"],
-               {**env, "VF_GATEWAY_PORT": str(port), "VF_GATEWAY_HOST": "127.0.0.1"},
+               {**env, "VF_GATEWAY_PORT": str(port), "VF_GATEWAY_OPS_PORT": str(ops_port),
+                "VF_GATEWAY_HOST": "127.0.0.1"},
                tmp / "gateway.log")]
     url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": f"Bearer {key}"}
     try:
-        _wait("gateway", lambda: httpx.get(url + "/readyz").status_code == 200, 60, procs, tmp)
+        _wait("gateway", lambda: httpx.get(f"http://127.0.0.1:{ops_port}/readyz").status_code
+              == 200, 60, procs, tmp)
         reference = make_reference(tmp / "narrator.wav")
         added = httpx.post(url + "/v1/voices", headers=auth, timeout=60,
                            files={"reference": ("narrator.wav", reference)},
