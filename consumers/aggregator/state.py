@@ -32,10 +32,17 @@ needs a version whose event failed to produce between its job.json and its marke
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import msgspec
 
+from pipeline.jobscript import (  # re-exported: the manifest was defined here
+    MANIFEST_SCHEMA,
+    JobManifest,
+    ManifestLine,
+    decode_manifest,
+    encode_manifest,
+)
 from pipeline.subtitles import lay_out
 from topics.events import (
     AudioRef,
@@ -51,7 +58,9 @@ from topics.validation import REQUEST_ID_MAX, check_id
 
 log = logging.getLogger(__name__)
 
-MANIFEST_SCHEMA = "vf.job-script.v1"
+__all__ = ["MANIFEST_SCHEMA", "JobManifest", "ManifestLine", "decode_manifest",
+           "encode_manifest"]
+
 # Most lines a job may have. A closed job lists every index it never received (`missing`), so
 # one stray result claiming total 2**62 would have the aggregator build that list when the
 # job times out; a real script stays far below (its job.v1 event must fit one Kafka record).
@@ -85,39 +94,8 @@ class JobState(msgspec.Struct, omit_defaults=True, kw_only=True):
         return len(self.clips) >= self.total
 
 
-class ManifestLine(msgspec.Struct, omit_defaults=True, kw_only=True):
-    index: int
-    request_id: str
-    voice_id: str
-    text: str
-    # The line's other request fields (language, format, instruct, ...), so that a revision
-    # can tell a changed line from an unchanged one and re-produce a line exactly. None in
-    # manifests written before revisions existed.
-    options: dict[str, Any] | None = None
-
-
-class JobManifest(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """`jobs/{job_id}/script.json` (version N >= 2: `jobs/{job_id}/v{N}/script.json`):
-    written by `job run` before it produces the requests. A revision's manifest names the
-    version it revises (`base_version`) and carries that version's clips for the lines it
-    does not re-produce (`carried`), so the aggregator can close it from them."""
-
-    job_id: str
-    total: int
-    lines: list[ManifestLine]
-    created_at: str
-    schema: str = MANIFEST_SCHEMA
-    gap_ms: int | None = None  # None: the aggregator's VF_JOB_GAP_MS
-    concat: bool = False
-    track_format: Literal["wav", "flac", "mp3", "opus"] = "wav"
-    version: int = 1
-    base_version: int | None = None
-    carried: list[JobClip] = msgspec.field(default_factory=list)
-
-
 _state_encoder = msgspec.json.Encoder()
 _state_decoder = msgspec.json.Decoder(JobState)
-_manifest_decoder = msgspec.json.Decoder(JobManifest)
 
 
 def encode_state(state: JobState) -> bytes:
@@ -127,13 +105,6 @@ def encode_state(state: JobState) -> bytes:
 def decode_state(raw: bytes) -> JobState:
     return _state_decoder.decode(raw)
 
-
-def encode_manifest(manifest: JobManifest) -> bytes:
-    return _state_encoder.encode(manifest)
-
-
-def decode_manifest(raw: bytes) -> JobManifest:
-    return _manifest_decoder.decode(raw)
 
 
 # What one result did to its job, for the aggregator's metrics (vf_job_results_total):

@@ -32,13 +32,12 @@ from typing import Any, TextIO
 
 from aiokafka import TopicPartition
 
-from consumers.aggregator.state import encode_manifest
 from consumers.clients.revisions import Submission, prepare_rerun, prepare_run
-from consumers.clients.scripts import Script
 from consumers.fleet.sending import RoutedSender, routed
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
+from pipeline.jobscript import Script, encode_manifest
 from pipeline.keys import job_script_key, voice_json_key
 from pipeline.storage import ObjectStore
 from topics.errors import ErrorCode, LocalError

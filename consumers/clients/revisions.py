@@ -34,8 +34,7 @@ from datetime import UTC, datetime
 import msgspec
 import orjson
 
-from consumers.aggregator.state import JobManifest, ManifestLine, decode_manifest
-from consumers.clients.scripts import Script, ScriptError
+from pipeline.jobscript import JobManifest, ManifestLine, Script, ScriptError, decode_manifest
 from pipeline.keys import job_json_key, job_script_key
 from pipeline.storage import ObjectStore
 from topics.errors import LocalError, VoiceFactoryError

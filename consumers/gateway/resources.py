@@ -41,15 +41,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from consumers.aggregator.state import decode_manifest
 from consumers.clients.jobs import UnknownVoices, submit, submit_rerun
 from consumers.clients.revisions import RevisionError, UnknownJob, latest_finished
-from consumers.clients.scripts import ScriptError, parse_script
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from consumers.gateway.speech import NO_NUL, SPACE, LanguageTag, VoiceId
 from pipeline import keys
+from pipeline.jobscript import ScriptError, decode_manifest, parse_script
 from pipeline.reference import ReferenceReport, check_reference
 from pipeline.voices import list_voices, register_voice, remove_voice
 from topics.errors import ErrorCode, VoiceFactoryError
@@ -66,7 +65,7 @@ from topics.jsonschema import ID_PATTERN
 from topics.validation import MAX_TEXT_CHARS, REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
 DRY_RUN = {"1": True, "true": True, "0": False, "false": False}  # POST /v1/voices?dry_run=
-MAX_LINES = 10_000  # consumers.clients.scripts: a job holds at most this many lines
+MAX_LINES = 10_000  # pipeline.jobscript: a job holds at most this many lines
 Speed = Annotated[float, msgspec.Meta(ge=0.5, le=2.0)]
 SampleRate = Literal[16000, 22050, 24000, 44100, 48000]  # topics.validation.SAMPLE_RATES
 
