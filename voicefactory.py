@@ -12,11 +12,22 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+
 from consumers.gateway.cli import add_parser as add_gateway_parser
 from consumers.settings import Settings, find_checkout, state_dir
 from topics.errors import VoiceFactoryError
+from topics.tenancy import DEFAULT_TENANT, check_tenant, record_tenant
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _tenant(text: str) -> str:
+    """--tenant: a name fit for object keys (topics/tenancy.py), else a usage error."""
+    try:
+        return check_tenant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -105,7 +116,7 @@ def cmd_voices(args: argparse.Namespace) -> int:
     if args.action == "list":
         from pipeline.voices import list_voices
 
-        voices = list_voices(store)
+        voices = list_voices(store, tenant=args.tenant)
         print(f"{'voice':<24} {'language':<9} {'sha256':<16} {'created':<25} transcript")
         for v in voices:
             print(f"{v.voice_id:<24} {v.language or '-':<9} {v.sha256[:16]:<16} "
@@ -117,14 +128,14 @@ def cmd_voices(args: argparse.Namespace) -> int:
     if args.action == "rm":
         from pipeline.voices import remove_voice
 
-        removed = remove_voice(store, args.voice_id)
-        asyncio.run(publish_voice_tombstone(settings, args.voice_id))
+        removed = remove_voice(store, args.voice_id, tenant=args.tenant)
+        asyncio.run(publish_voice_tombstone(settings, args.voice_id, tenant=args.tenant))
         print(f"removed {args.voice_id}: {removed} object(s) deleted, tombstone produced")
         return EXIT_OK
     from pipeline.voices import register_voice
 
     event = register_voice(store, voice_id=args.voice_id, reference=Path(args.file).read_bytes(),
-                           prompt_text=args.text, language=args.language)
+                           prompt_text=args.text, language=args.language, tenant=args.tenant)
     asyncio.run(publish_voice(settings, event))
     print(f"registered {event.voice_id}: {event.reference} sha256={event.sha256[:16]}")
     return EXIT_OK
@@ -153,7 +164,8 @@ def cmd_say(args: argparse.Namespace) -> int:
 
     request = SynthesisRequest(request_id=args.request_id or new_request_id(),
                                voice_id=args.voice, text=args.text, language=args.language,
-                               format=args.format, instruct=args.instruct, stream=args.stream)
+                               format=args.format, instruct=args.instruct, stream=args.stream,
+                               tenant=record_tenant(args.tenant))
     return say(_settings(args), request, out=args.out, timeout_s=args.timeout,
                interactive=args.interactive)
 
@@ -161,8 +173,12 @@ def cmd_say(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from consumers.clients.produce import read_jsonl, submit
 
-    count = asyncio.run(submit(_settings(args), list(read_jsonl(Path(args.file))),
-                               interactive=args.interactive))
+    settings = _settings(args)
+    requests = list(read_jsonl(Path(args.file)))
+    if args.tenant is not None:  # given: every line is the tenant's; else each line's own
+        requests = [msgspec.structs.replace(r, tenant=record_tenant(args.tenant))
+                    for r in requests]
+    count = asyncio.run(submit(settings, requests, interactive=args.interactive))
     print(f"submitted {count} requests")
     return EXIT_OK
 
@@ -171,7 +187,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from consumers.clients.control import cancel_command
 
     return asyncio.run(cancel_command(_settings(args), request_id=args.request,
-                                      job_id=args.job, reason=args.reason))
+                                      job_id=args.job, reason=args.reason,
+                                      tenant=args.tenant))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -238,7 +255,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     try:
         script = load_script(Path(args.script), concat=True if args.concat else None)
         return run_command(_settings(args), script, wait=args.wait, timeout_s=args.timeout,
-                           job_timeout_s=args.job_timeout)
+                           job_timeout_s=args.job_timeout, tenant=args.tenant)
     except (ScriptError, UnknownVoices, RevisionError) as exc:  # nothing was produced
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -263,7 +280,7 @@ def cmd_job_rerun(args: argparse.Namespace) -> int:
     settings = _settings(args)
     try:
         submission = submit_rerun(make_store(settings.store), args.job_id, failed=args.failed,
-                                  lines=args.lines or frozenset())
+                                  lines=args.lines or frozenset(), tenant=args.tenant)
     except (ScriptError, UnknownVoices, RevisionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -316,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--topic-prefix", help="topic name prefix (VF_TOPIC_PREFIX)")
         p.add_argument("--s3-endpoint", help="S3 endpoint URL (VF_S3_ENDPOINT)")
         p.add_argument("--bucket", help="bucket (VF_S3_BUCKET)")
+        return p
+
+    def owned(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--tenant", type=_tenant, default=DEFAULT_TENANT,
+                       help="the tenant whose voices, requests and jobs these are "
+                            "(default: default)")
         return p
 
     dev = sub.add_parser("dev", help="local stack: Apache Kafka + S3 server on 127.0.0.1")
@@ -382,10 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("file")
     add.add_argument("--text", help="transcript of the reference (recommended)")
     add.add_argument("--language")
-    common(vsub.add_parser("list", help="list registered voices"))
+    owned(add)
+    owned(common(vsub.add_parser("list", help="list registered voices")))
     rm = common(vsub.add_parser("rm", help="delete a voice: its objects and a tombstone on "
                                            "tts.voices"))
     rm.add_argument("voice_id")
+    owned(rm)
     voices.set_defaults(func=cmd_voices)
 
     say = common(sub.add_parser("say", help="synthesize one line and download it"))
@@ -401,11 +426,14 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--interactive", action="store_true", help=interactive)
     say.add_argument("--stream", action="store_true", help="stream: write audio chunks to --out "
                      "(WAV, or bare PCM for .raw/.pcm) as they arrive, print time to first chunk")
+    owned(say)
     say.set_defaults(func=cmd_say)
 
     submit = common(sub.add_parser("submit", help="produce requests from a JSONL file"))
     submit.add_argument("file")
     submit.add_argument("--interactive", action="store_true", help=interactive)
+    submit.add_argument("--tenant", type=_tenant, help="the tenant every line belongs to "
+                        "(default: each line's own `tenant`, absent: default)")
     submit.set_defaults(func=cmd_submit)
 
     cancel = common(sub.add_parser("cancel", help="cancel a request or a whole job (tts.control"
@@ -414,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--request", help="the request_id to cancel")
     target.add_argument("--job", help="the job ID whose lines to cancel")
     cancel.add_argument("--reason", help="why; echoed in each cancelled result's error")
+    owned(cancel)
     cancel.set_defaults(func=cmd_cancel)
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
@@ -475,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     jrun.add_argument("--job-timeout", type=float, default=15.0,
                       help="with --wait, seconds to wait for the job event after the last "
                            "result (default 15; 0 skips)")
+    owned(jrun)
     jrun.set_defaults(func=cmd_job)
     jrerun = common(jsub.add_parser(
         "rerun", help="make the next version of a finished job from some of its lines",
@@ -491,6 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
                          ("--timeout", {"type": float, "default": 600.0}),
                          ("--job-timeout", {"type": float, "default": 15.0})):
         jrerun.add_argument(flag, **kwargs)
+    owned(jrerun)
     jrerun.set_defaults(func=cmd_job_rerun)
 
     results = sub.add_parser("results", help="follow tts.results")

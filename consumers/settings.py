@@ -243,6 +243,10 @@ class GatewaySettings(_Checked):
     lag_interval_s: float = var("VF_GATEWAY_LAG_INTERVAL_S", 2.0, gt=0.0)
     timeout_s: float = var("VF_GATEWAY_TIMEOUT_S", 120.0, gt=0.0)  # a speech request's whole answer
     group_id: str = var("VF_GATEWAY_GROUP_ID", "vf-gateway")  # reply partitions of tts.audio
+    # Lifetime of the presigned links the gateway hands out (a job's clips and subtitles):
+    # short, since a link is a bearer credential to the tenant's object.
+    presign_seconds: int = var("VF_GATEWAY_PRESIGN_SECONDS", 900, ge=1, le=7 * 24 * 3600,
+                               hint="S3 presigned URLs last at most 7 days")
 
     def keys_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.keys_file) if self.keys_file else state_dir(environ) / "gateway-keys"

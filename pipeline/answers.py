@@ -45,7 +45,7 @@ class Answers:
             completed_at=now_iso(),
             error=ErrorInfo(code=error.code.value, message=error.message, retryable=True),
             job=request.job, metadata=request.metadata, engine=self.engine,
-            worker=self.worker, attempt=attempt)
+            worker=self.worker, attempt=attempt, tenant=request.tenant)
 
     def cancelled(self, request: SynthesisRequest, *, attempt: int = 1,
                   reason: str | None = None, queued_ms: float | None = None,
@@ -58,6 +58,6 @@ class Answers:
             completed_at=now_iso(),
             error=ErrorInfo(code=ErrorCode.CANCELLED.value, message=message, retryable=False),
             job=request.job, metadata=request.metadata, engine=self.engine,
-            worker=self.worker, attempt=attempt,
+            worker=self.worker, attempt=attempt, tenant=request.tenant,
             timings_ms={} if queued_ms is None else {"queued": round(queued_ms, 2),
                                                      "total": round(queued_ms, 2)})

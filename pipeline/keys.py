@@ -16,6 +16,11 @@ def audio_key(request_id: str, fmt: str, when: datetime, *, tenant: str | None =
     return f"{tenant_root(tenant)}audio/{when:%Y/%m/%d}/{request_id}.{fmt}"
 
 
+def audio_root(*, tenant: str | None = None) -> str:
+    """Where a tenant's audio objects are (`audio/`, or under `tenants/{tenant}/`)."""
+    return f"{tenant_root(tenant)}audio/"
+
+
 def voice_prefix(voice_id: str, *, tenant: str | None = None) -> str:
     check_id("voice_id", voice_id, VOICE_ID_MAX)
     return f"{tenant_root(tenant)}voices/{voice_id}/"

@@ -175,7 +175,8 @@ class StreamStages(ProcessorCore):
         result (succeeded, rejected, expired, cancelled) or a retryable error, whose retry
         starts the stream again from its first chunk."""
         p = Pending(0, request, received,
-                    keys.audio_key(request.request_id, request.format, received.timestamp),
+                    keys.audio_key(request.request_id, request.format, received.timestamp,
+                                   tenant=request.tenant),
                     time.perf_counter(), {"queued": round(received.queued_ms, 2)})
         try:
             early = self._early_answer(p)
@@ -198,7 +199,8 @@ class StreamStages(ProcessorCore):
         t0 = time.perf_counter()
         with self._device:  # one slot for both (see the module docstring)
             try:
-                profile = self._profiles.resolve(request.voice_id, request.reference)
+                profile = self._profiles.resolve(request.voice_id, request.reference,
+                                                 tenant=request.tenant)
             except VoiceFactoryError as exc:
                 return exc if exc.retryable and not isinstance(exc, InvalidRequest) \
                     else self._reject(p, exc.code, exc.message)

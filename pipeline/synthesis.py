@@ -50,7 +50,7 @@ class RequestProcessor(StreamStages):
         return outcome
 
     def process_batch(self, items: list[tuple[SynthesisRequest, Received]]) -> list[Outcome]:
-        """Items must share one voice_id; outcomes come back in the same order.
+        """Items must share one voice_id and tenant; outcomes come back in the same order.
 
         Records naming one request_id: the first is the request; a later one with another
         fingerprint is `rejected` (`request_id_reused`), and one with the same is synthesized
@@ -62,9 +62,9 @@ class RequestProcessor(StreamStages):
         todo: dict[str, Pending] = {}  # request_id -> the record synthesized for it
         copies: dict[int, Pending] = {}  # index -> the record whose outcome it shares
         for index, (request, received) in enumerate(items):
-            pending = Pending(index, request, received,
-                              keys.audio_key(request.request_id, request.format,
-                                             received.timestamp), time.perf_counter(),
+            key = keys.audio_key(request.request_id, request.format, received.timestamp,
+                                 tenant=request.tenant)
+            pending = Pending(index, request, received, key, time.perf_counter(),
                               {"queued": round(received.queued_ms, 2)})
             first = first_of.setdefault(request.request_id, pending)
             if first.fingerprint != pending.fingerprint:
@@ -103,7 +103,8 @@ class RequestProcessor(StreamStages):
         try:
             first = todo[0].request
             with self._device:
-                profile = self._profiles.resolve(first.voice_id, first.reference)
+                profile = self._profiles.resolve(first.voice_id, first.reference,
+                                                 tenant=first.tenant)
         except InvalidRequest as exc:
             return [self._reject(p, exc.code, exc.message) for p in todo]
         except VoiceFactoryError as exc:

@@ -1,10 +1,14 @@
 """The voice registry in the object store, and the tiered profile lookup the worker uses.
 
+Every operation takes the owning `tenant` (topics/tenancy.py): a tenant's voices live under
+its own root (`voices/...` for `default`, `tenants/{tenant}/voices/...` for the others), so
+one tenant's ID never reaches another's objects; the compacted topic's key is
+`scoped_id(tenant, voice_id)`.
 register: validate the reference -> put `voices/{id}/reference.{ext}` -> put `voice.json` (a
 `tts.voice.v1` event) -> the caller produces the same event to the compacted `tts.voices`.
 remove: delete every object under `voices/{id}/` -> the caller produces a tombstone.
-resolve(voice_id | ad-hoc reference):
-  voice.json (trusted for `voice_ttl_seconds`) -> (voice, sha256, engine)
+resolve(voice_id | ad-hoc reference, tenant):
+  the tenant's voice.json (trusted for `voice_ttl_seconds`) -> (voice, sha256, engine)
   -> RAM LRU ("hit") -> stored safetensors ("store") -> reference bytes, validated again,
      measured (pipeline.speaker) and profiled by the engine ("miss"), then persisted.
 Concurrent resolves of one voice wait for a single computation (one key lock each).
@@ -31,9 +35,11 @@ from pipeline.speaker import SpeakerEncoder, measure
 from pipeline.storage import ObjectStore
 from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
 from topics.events import VoiceRegistration, encode
+from topics.tenancy import DEFAULT_TENANT, record_tenant, scoped_id, tenant_of, tenant_root
 from topics.validation import ADHOC_PREFIX
 
-__all__ = ["ADHOC_PREFIX", "ProfileResolver", "list_voices", "register_voice", "remove_voice"]
+__all__ = ["ADHOC_PREFIX", "ProfileResolver", "list_voices", "register_voice", "remove_voice",
+           "voice_topic_key"]
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +57,22 @@ def sniff_extension(data: bytes, fallback: str = "wav") -> str:
     return fallback
 
 
+def voice_topic_key(voice_id: str, tenant: str | None = None) -> bytes:
+    """The key of a voice's records on the compacted tts.voices: unique across tenants."""
+    return scoped_id(tenant, voice_id).encode()
+
+
 def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
-                   prompt_text: str | None, language: str | None) -> VoiceRegistration:
-    keys.voice_prefix(voice_id)  # raises on a path-like ID before anything is written
+                   prompt_text: str | None, language: str | None,
+                   tenant: str | None = None) -> VoiceRegistration:
+    # raises on a path-like ID or tenant before anything is written
+    keys.voice_prefix(voice_id, tenant=tenant)
     report = check_reference(reference)
     if not report.ok:
         raise VoiceFactoryError(ErrorCode.REFERENCE_INVALID, "; ".join(report.problems))
     ext = sniff_extension(reference)
-    ref_key = keys.voice_reference_key(voice_id, ext)
-    for stale in store.list_prefix(keys.voice_prefix(voice_id)):
+    ref_key = keys.voice_reference_key(voice_id, ext, tenant=tenant)
+    for stale in store.list_prefix(keys.voice_prefix(voice_id, tenant=tenant)):
         if stale != ref_key and stale.rsplit("/", 1)[-1].startswith("reference."):
             store.delete(stale)  # a re-registration in another format: one reference only
     store.put(ref_key, reference, content_type=f"audio/{ext}")
@@ -70,16 +83,19 @@ def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         prompt_text=prompt_text,
         language=language,
+        tenant=record_tenant(tenant),
     )
-    store.put(keys.voice_json_key(voice_id), encode(event), content_type="application/json")
+    store.put(keys.voice_json_key(voice_id, tenant=tenant), encode(event),
+              content_type="application/json")
     return event
 
 
-def remove_voice(store: ObjectStore, voice_id: str) -> int:
-    """Delete the voice's reference, voice.json and stored profiles; returns objects removed."""
-    prefix = keys.voice_prefix(voice_id)
+def remove_voice(store: ObjectStore, voice_id: str, *, tenant: str | None = None) -> int:
+    """Delete the voice's reference, voice.json and stored profiles; returns objects removed.
+    Another tenant's voice of the same ID is not this tenant's: `voice_not_found`."""
+    prefix = keys.voice_prefix(voice_id, tenant=tenant)
     found = store.list_prefix(prefix)
-    if keys.voice_json_key(voice_id) not in found:
+    if keys.voice_json_key(voice_id, tenant=tenant) not in found:
         raise InvalidRequest(ErrorCode.VOICE_NOT_FOUND, f"voice {voice_id!r} is not registered",
                              voice_id=voice_id)
     # voice.json last: a reader that still sees it also still finds the reference.
@@ -88,9 +104,17 @@ def remove_voice(store: ObjectStore, voice_id: str) -> int:
     return len(found)
 
 
-def list_voices(store: ObjectStore) -> list[VoiceRegistration]:
+def read_voice(store: ObjectStore, voice_id: str, *,
+               tenant: str | None = None) -> VoiceRegistration | None:
+    """The tenant's registration of `voice_id`, or None (unknown, or another tenant's)."""
+    raw = store.get(keys.voice_json_key(voice_id, tenant=tenant))
+    return msgspec.json.decode(raw, type=VoiceRegistration) if raw is not None else None
+
+
+def list_voices(store: ObjectStore, *, tenant: str | None = None) -> list[VoiceRegistration]:
+    """The tenant's voices only: `default` lists `voices/`, which `tenants/...` is not under."""
     voices = []
-    for key in store.list_prefix("voices/"):
+    for key in store.list_prefix(keys.voices_root(tenant=tenant)):
         if key.endswith("/voice.json"):
             raw = store.get(key)
             if raw is not None:
@@ -114,9 +138,18 @@ def parse_s3_url(url: str, default_bucket: str) -> tuple[str, str]:
     return bucket, key
 
 
+def owns_key(tenant: str | None, key: str) -> bool:
+    """Whether an object key is under the tenant's root: `tenants/{tenant}/...` for a named
+    tenant, anything outside `tenants/` for `default`."""
+    if tenant_of(tenant) == DEFAULT_TENANT:
+        return not key.startswith("tenants/")
+    return key.startswith(tenant_root(tenant))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Voice:
     voice_id: str
+    tenant: str | None
     sha256: str
     reference_key: str
     prompt_text: str | None
@@ -124,7 +157,10 @@ class _Voice:
 
 
 class ProfileResolver:
-    """Voice ID (or an ad-hoc reference URL) -> engine profile, through the three tiers."""
+    """Voice ID (or an ad-hoc reference URL) of a tenant -> engine profile, through the three
+    tiers. A voice is looked up only under the request's tenant, so a request naming another
+    tenant's voice is `voice_not_found`, like an unknown one; the caches are keyed by
+    `scoped_id(tenant, voice_id)` so two tenants' voices of one ID never share a profile."""
 
     def __init__(self, *, store: ObjectStore, engine: Synthesizer,
                  cache: ProfileCache | None = None, encoder: SpeakerEncoder | None = None,
@@ -144,9 +180,11 @@ class ProfileResolver:
         self._lock = threading.Lock()
         self.computed = 0  # profiles built from a reference, for tests and benchmarks
 
-    def resolve(self, voice_id: str, reference: str | None = None) -> Profile:
-        voice = self._adhoc(voice_id, reference) if reference else self._registered(voice_id)
-        key = (voice.voice_id, voice.sha256, self._engine.name)
+    def resolve(self, voice_id: str, reference: str | None = None, *,
+                tenant: str | None = None) -> Profile:
+        voice = (self._adhoc(voice_id, reference, tenant) if reference
+                 else self._registered(voice_id, tenant))
+        key = (scoped_id(tenant, voice.voice_id), voice.sha256, self._engine.name)
         cached = self.cache.get(key)
         if cached is not None:
             self._on_lookup("hit")
@@ -156,7 +194,7 @@ class ProfileResolver:
             if cached is not None:
                 self._on_lookup("hit")
                 return cached
-            profile = self._load_stored(key)
+            profile = self._load_stored(key, voice)
             if profile is not None:
                 self._on_lookup("store")
             else:
@@ -165,48 +203,60 @@ class ProfileResolver:
             self.cache.put(key, profile)
             return profile
 
-    def forget(self, voice_id: str) -> None:
+    def forget(self, voice_id: str, *, tenant: str | None = None) -> None:
         """A voice was removed or re-registered: drop what this process knows of it."""
+        scoped = scoped_id(tenant, voice_id)
         with self._lock:
-            self._voices.pop(voice_id, None)
-        self.cache.discard_voice(voice_id)
+            self._voices.pop(scoped, None)
+        self.cache.discard_voice(scoped)
 
     def _key_lock(self, key: ProfileKey) -> threading.Lock:
         with self._lock:
             return self._locks.setdefault(key, threading.Lock())
 
-    def _registered(self, voice_id: str) -> _Voice:
+    def _registered(self, voice_id: str, tenant: str | None) -> _Voice:
+        scoped = scoped_id(tenant, voice_id)
         with self._lock:
-            known = self._voices.get(voice_id)
+            known = self._voices.get(scoped)
         if known is not None and self._clock() - known.read_at < self._ttl:
             return known
-        json_key = keys.voice_json_key(voice_id)
+        json_key = keys.voice_json_key(voice_id, tenant=tenant)
         raw = self._store.get(json_key)
         if raw is None:
-            self.forget(voice_id)
+            self.forget(voice_id, tenant=tenant)
+            # The same words for unknown and another tenant's: the message names no tenant.
             raise InvalidRequest(ErrorCode.VOICE_NOT_FOUND,
-                                 f"voice {voice_id!r} is not registered (no {json_key})",
-                                 voice_id=voice_id)
+                                 f"voice {voice_id!r} is not registered", voice_id=voice_id)
         event = msgspec.json.decode(raw, type=VoiceRegistration)
         _, ref_key = parse_s3_url(event.reference, self._store.bucket)
-        voice = _Voice(voice_id, event.sha256, ref_key, event.prompt_text, self._clock())
+        if not owns_key(tenant, ref_key):  # a voice.json pointing outside its tenant
+            raise InvalidRequest(ErrorCode.REFERENCE_INVALID,
+                                 f"voice {voice_id!r}: its reference is not in its tenant's "
+                                 "objects", voice_id=voice_id)
+        voice = _Voice(voice_id, tenant, event.sha256, ref_key, event.prompt_text,
+                       self._clock())
         with self._lock:
-            self._voices[voice_id] = voice
+            self._voices[scoped] = voice
         return voice
 
-    def _adhoc(self, voice_id: str, reference: str) -> _Voice:
+    def _adhoc(self, voice_id: str, reference: str, tenant: str | None) -> _Voice:
         bucket, ref_key = parse_s3_url(reference, self._store.bucket)
         if bucket != self._store.bucket:
             raise InvalidRequest(ErrorCode.INVALID_REQUEST,
                                  f"reference bucket {bucket!r} is not this deployment's bucket "
                                  f"{self._store.bucket!r}", voice_id=voice_id)
+        if not owns_key(tenant, ref_key):
+            # Cloning from another tenant's reference clip is using its voice: answered as a
+            # missing object, so the answer says nothing about what the other tenant stores.
+            raise InvalidRequest(ErrorCode.REFERENCE_INVALID,
+                                 f"reference {reference} does not exist", voice_id=voice_id)
         info = self._store.stat(ref_key)
         if info is None:
             raise InvalidRequest(ErrorCode.REFERENCE_INVALID,
                                  f"reference {reference} does not exist", voice_id=voice_id)
         # Keyed by the audio's sha256: the same clip under two URLs is profiled once.
         sha = info.metadata.get("sha256") or self._sha_of(ref_key, reference)
-        return _Voice(voice_id, sha, ref_key, None, self._clock())
+        return _Voice(voice_id, tenant, sha, ref_key, None, self._clock())
 
     def _sha_of(self, ref_key: str, reference: str) -> str:
         data = self._store.get(ref_key)
@@ -214,9 +264,10 @@ class ProfileResolver:
             raise InvalidRequest(ErrorCode.REFERENCE_INVALID, f"reference {reference} vanished")
         return hashlib.sha256(data).hexdigest()
 
-    def _load_stored(self, key: ProfileKey) -> Profile | None:
-        voice_id, sha, engine = key
-        raw = self._store.get(keys.profile_key(voice_id, sha, engine))
+    def _load_stored(self, key: ProfileKey, voice: _Voice) -> Profile | None:
+        _, sha, engine = key
+        voice_id = voice.voice_id
+        raw = self._store.get(keys.profile_key(voice_id, sha, engine, tenant=voice.tenant))
         if raw is None:
             return None
         try:
@@ -253,7 +304,8 @@ class ProfileResolver:
                                             if voice.prompt_text else {})})
         self.computed += 1
         try:
-            self._store.put(keys.profile_key(voice.voice_id, voice.sha256, profile.engine),
+            self._store.put(keys.profile_key(voice.voice_id, voice.sha256, profile.engine,
+                                             tenant=voice.tenant),
                             profile_bytes(profile), content_type="application/octet-stream")
         except VoiceFactoryError as exc:  # the profile still serves this process
             log.warning("could not persist profile of voice %s: %s", voice.voice_id, exc)

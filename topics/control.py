@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from topics.events import ControlCommand, decode_json
+from topics.tenancy import check_tenant, record_tenant
 from topics.validation import REQUEST_ID_MAX, check_id
 
 
@@ -19,9 +20,12 @@ class InvalidControl(ValueError):
 
 
 def cancel(*, request_id: str | None = None, job_id: str | None = None,
-           requested_at: str | None = None, reason: str | None = None) -> ControlCommand:
+           requested_at: str | None = None, reason: str | None = None,
+           tenant: str | None = None) -> ControlCommand:
+    """A cancel of one of `tenant`'s requests or jobs (it acts on no other tenant's)."""
     command = ControlCommand(action="cancel", request_id=request_id, job_id=job_id,
-                             requested_at=requested_at, reason=reason)
+                             requested_at=requested_at, reason=reason,
+                             tenant=record_tenant(tenant))
     return _checked(command)
 
 
@@ -49,6 +53,8 @@ def _checked(command: ControlCommand) -> ControlCommand:
             check_id("request_id", command.request_id, REQUEST_ID_MAX)
         if command.job_id is not None:
             check_id("job_id", command.job_id, REQUEST_ID_MAX)
+        if command.tenant is not None:
+            check_tenant(command.tenant)
     except ValueError as exc:
         raise InvalidControl(str(exc)) from None
     return command

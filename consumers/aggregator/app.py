@@ -53,11 +53,13 @@ from consumers.aggregator.state import (
     decode_state,
     emitted_marker,
     encode_state,
+    job_id_of,
     merge_result,
     needs_opening,
     open_version,
     ready,
     result_version,
+    table_key,
 )
 from consumers.kafka import make_producer, security_kwargs
 from consumers.settings import KafkaSettings, Settings
@@ -168,11 +170,11 @@ class JobAggregator:
                 self.metrics.on_result("no_job")
                 continue
             async with self._lock:
-                key = result.job.id.encode()
+                key = table_key(result)
                 state = self._get(key)
                 if needs_opening(state, result):
                     state = await self._open_version(result.job.id, result_version(result),
-                                                     state)
+                                                     state, result.tenant)
                 merged, outcome = merge_result(state, result, time.time())
                 self.metrics.on_result(outcome)
                 if merged is None:
@@ -205,7 +207,8 @@ class JobAggregator:
         open_jobs = markers = 0
         async with self._lock:
             for key in list(self.table.keys()):
-                if partition_for(key, RESULTS.partitions) not in owned:
+                # Results are keyed by the bare job ID: its partition is the owner's.
+                if partition_for(job_id_of(key), RESULTS.partitions) not in owned:
                     continue  # another instance's job (the memory store keeps revoked keys)
                 state = self._get(key)
                 if state is None:
@@ -247,18 +250,19 @@ class JobAggregator:
                 latency_s=done - state.last_seen if state.complete else None)
         return True
 
-    async def _open_version(self, job_id: str, version: int,
-                            state: JobState | None) -> JobState | None:
+    async def _open_version(self, job_id: str, version: int, state: JobState | None,
+                            tenant: str | None) -> JobState | None:
         """Revision `version` seeded with the clips its manifest carries over; the store is
         read once per version. Without a readable manifest the merge opens it empty."""
         try:
-            raw = await asyncio.to_thread(self._store.get, job_script_key(job_id, version))
+            raw = await asyncio.to_thread(self._store.get,
+                                          job_script_key(job_id, version, tenant=tenant))
             manifest = decode_manifest(raw) if raw is not None else None
         except ValueError as exc:  # msgspec's errors, and an ID unfit for a key
             log.warning("job %s: version %d's manifest is unreadable (%s)", job_id, version,
                         exc)
             manifest = None
-        opened = open_version(job_id, version, manifest, time.time())
+        opened = open_version(job_id, version, manifest, time.time(), tenant)
         if opened is not None:
             log.info("job %s: version %d opened, %d of %d lines carried from version %s",
                      job_id, version, len(opened.clips), opened.total, manifest and

@@ -58,6 +58,7 @@ from topics.events import AudioRef, JobClip, JobCompleted, decode_job
 from topics.events import encode as encode_event
 from topics.partitioning import partition_for
 from topics.specs import JOBS
+from topics.tenancy import tenant_of
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class JobEmitter:
         (False: it already was; then the event as read back from tts.jobs)."""
         job_id = state.job_id
         partition = partition_for(job_id, self._partitions)
-        earlier = await self._already_emitted(job_id, state.version, partition)
+        earlier = await self._already_emitted(job_id, state.version, partition, state.tenant)
         if earlier is not None:
             log.warning("job %s was already on %s[%d]; not producing it again", job_id,
                         self._topic, partition, extra={"topic": self._topic,
@@ -109,7 +110,8 @@ class JobEmitter:
         event = await asyncio.to_thread(self._write_artifacts, state)
         value = encode_event(event)
         offset = await self._end_offset(partition)
-        await asyncio.to_thread(self._store.put, job_json_key(job_id, state.version), value,
+        await asyncio.to_thread(self._store.put,
+                                job_json_key(job_id, state.version, tenant=state.tenant), value,
                                 "application/json",
                                 {OUTBOX_PARTITION: str(partition), OUTBOX_OFFSET: str(offset)})
         if len(value) > EVENT_INLINE_MAX:
@@ -126,7 +128,7 @@ class JobEmitter:
         return event, True
 
     def _write_artifacts(self, state: JobState) -> JobCompleted:
-        manifest = self._manifest(state.job_id, state.version)
+        manifest = self._manifest(state.job_id, state.version, state.tenant)
         gap_ms = manifest.gap_ms if manifest and manifest.gap_ms is not None else \
             self._settings.aggregator.job_gap_ms
         completed_at = datetime.now(UTC).isoformat(timespec="milliseconds").replace(
@@ -136,8 +138,8 @@ class JobEmitter:
                                                       for c in draft.clips])
         made = cues(draft.timeline, clip_texts(state, manifest))
         version = state.version
-        srt_key = job_subtitles_key(state.job_id, version)
-        vtt_key = job_vtt_key(state.job_id, version)
+        srt_key = job_subtitles_key(state.job_id, version, tenant=state.tenant)
+        vtt_key = job_vtt_key(state.job_id, version, tenant=state.tenant)
         self._store.put(srt_key, render_srt(made).encode(), "application/x-subrip")
         self._store.put(vtt_key, render_vtt(made).encode(), "text/vtt")
         track = None
@@ -154,7 +156,7 @@ class JobEmitter:
     def _by_reference(self, event: JobCompleted, size: int) -> JobCompleted:
         """The event without its clips and timeline, pointing at the stored job.json that has
         them (written in step 4, before this record)."""
-        key = job_json_key(event.job_id, event.version or 1)
+        key = job_json_key(event.job_id, event.version or 1, tenant=event.tenant)
         log.warning("job %s: its event is %d bytes, over the %d a record carries; clips and "
                     "timeline are in %s", event.job_id, size, EVENT_INLINE_MAX, key)
         return msgspec.structs.replace(
@@ -171,8 +173,8 @@ class JobEmitter:
         url = self._store.presign(clip.audio.key, self._settings.store.presign_seconds)
         return msgspec.structs.replace(clip, audio=msgspec.structs.replace(clip.audio, url=url))
 
-    def _manifest(self, job_id: str, version: int) -> JobManifest | None:
-        key = job_script_key(job_id, version)
+    def _manifest(self, job_id: str, version: int, tenant: str | None) -> JobManifest | None:
+        key = job_script_key(job_id, version, tenant=tenant)
         raw = self._store.get(key)
         if raw is None:
             return None
@@ -199,7 +201,7 @@ class JobEmitter:
         audio = assemble(placed)
         fmt = manifest.track_format
         data = encode(audio, fmt)
-        key = job_track_key(draft.job_id, fmt, version)
+        key = job_track_key(draft.job_id, fmt, version, tenant=draft.tenant)
         self._store.put(key, data, CONTENT_TYPES[fmt])
         return AudioRef(bucket=self._store.bucket, key=key,
                         url=self._store.presign(key, self._settings.store.presign_seconds),
@@ -207,18 +209,20 @@ class JobEmitter:
                         duration_s=round(audio.duration_s, 3), bytes=len(data),
                         sha256=hashlib.sha256(data).hexdigest())
 
-    async def _already_emitted(self, job_id: str, version: int,
-                               partition: int) -> JobCompleted | None:
+    async def _already_emitted(self, job_id: str, version: int, partition: int,
+                               tenant: str | None) -> JobCompleted | None:
         """The version's event if an earlier attempt produced it (its outbox note says
         where)."""
-        info = await asyncio.to_thread(self._store.stat, job_json_key(job_id, version))
+        info = await asyncio.to_thread(self._store.stat,
+                                       job_json_key(job_id, version, tenant=tenant))
         if info is None or OUTBOX_OFFSET not in info.metadata:
             return None
         noted = int(info.metadata.get(OUTBOX_PARTITION, partition))
-        return await self._scan(job_id, version, noted, int(info.metadata[OUTBOX_OFFSET]))
+        return await self._scan(job_id, version, noted, int(info.metadata[OUTBOX_OFFSET]),
+                                tenant)
 
     async def _scan(self, job_id: str, version: int, partition: int,
-                    offset: int) -> JobCompleted | None:
+                    offset: int, tenant: str | None) -> JobCompleted | None:
         tp = TopicPartition(self._topic, partition)
         end = (await self._reader.end_offsets([tp]))[tp]
         if offset >= end:
@@ -235,7 +239,10 @@ class JobEmitter:
                 for rec in records:
                     if rec.key == key and rec.value is not None:
                         event = decode_job(bytes(rec.value))
-                        if (event.version or 1) == version:
+                        # tts.jobs is keyed by the bare job ID: another tenant's job of
+                        # the same ID shares the key, not the tenant.
+                        if (event.version or 1) == version and \
+                                tenant_of(event.tenant) == tenant_of(tenant):
                             return event
         return None
 

@@ -1,7 +1,8 @@
 """What the job aggregator remembers per job, and the rules that merge results into it.
 
 Flow: a `tts.result.v1` with `job: {id, index, total}` -> `merge` into the job's `JobState`
-(the value of the aggregator's table, one per job ID, persisted in its changelog topic) ->
+(the value of the aggregator's table, one per job of a tenant: key `table_key`, persisted in
+its changelog topic; the state keeps the tenant, which its objects and event carry) ->
 once `ready` (every index answered, or no result for the timeout) -> `build_job` with the
 job's `JobManifest` (the script, for each line's text and the job's options) -> the
 `tts.job.v1` event. After the event is out the state shrinks to an `emitted` marker that
@@ -32,10 +33,17 @@ needs a version whose event failed to produce between its job.json and its marke
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import msgspec
 
+from pipeline.jobscript import (  # re-exported: the manifest was defined here
+    MANIFEST_SCHEMA,
+    JobManifest,
+    ManifestLine,
+    decode_manifest,
+    encode_manifest,
+)
 from pipeline.subtitles import lay_out
 from topics.events import (
     AudioRef,
@@ -47,11 +55,14 @@ from topics.events import (
     Status,
     SynthesisResult,
 )
+from topics.tenancy import record_tenant, scoped_id
 from topics.validation import REQUEST_ID_MAX, check_id
 
 log = logging.getLogger(__name__)
 
-MANIFEST_SCHEMA = "vf.job-script.v1"
+__all__ = ["MANIFEST_SCHEMA", "JobManifest", "ManifestLine", "decode_manifest",
+           "encode_manifest"]
+
 # Most lines a job may have. A closed job lists every index it never received (`missing`), so
 # one stray result claiming total 2**62 would have the aggregator build that list when the
 # job times out; a real script stays far below (its job.v1 event must fit one Kafka record).
@@ -79,45 +90,15 @@ class JobState(msgspec.Struct, omit_defaults=True, kw_only=True):
     emitted_at: float | None = None
     status: JobStatus | None = None  # of the emitted event
     version: int = 1
+    tenant: str | None = None  # the owner (results' `tenant`); None: `default`
 
     @property
     def complete(self) -> bool:
         return len(self.clips) >= self.total
 
 
-class ManifestLine(msgspec.Struct, omit_defaults=True, kw_only=True):
-    index: int
-    request_id: str
-    voice_id: str
-    text: str
-    # The line's other request fields (language, format, instruct, ...), so that a revision
-    # can tell a changed line from an unchanged one and re-produce a line exactly. None in
-    # manifests written before revisions existed.
-    options: dict[str, Any] | None = None
-
-
-class JobManifest(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """`jobs/{job_id}/script.json` (version N >= 2: `jobs/{job_id}/v{N}/script.json`):
-    written by `job run` before it produces the requests. A revision's manifest names the
-    version it revises (`base_version`) and carries that version's clips for the lines it
-    does not re-produce (`carried`), so the aggregator can close it from them."""
-
-    job_id: str
-    total: int
-    lines: list[ManifestLine]
-    created_at: str
-    schema: str = MANIFEST_SCHEMA
-    gap_ms: int | None = None  # None: the aggregator's VF_JOB_GAP_MS
-    concat: bool = False
-    track_format: Literal["wav", "flac", "mp3", "opus"] = "wav"
-    version: int = 1
-    base_version: int | None = None
-    carried: list[JobClip] = msgspec.field(default_factory=list)
-
-
 _state_encoder = msgspec.json.Encoder()
 _state_decoder = msgspec.json.Decoder(JobState)
-_manifest_decoder = msgspec.json.Decoder(JobManifest)
 
 
 def encode_state(state: JobState) -> bytes:
@@ -127,13 +108,6 @@ def encode_state(state: JobState) -> bytes:
 def decode_state(raw: bytes) -> JobState:
     return _state_decoder.decode(raw)
 
-
-def encode_manifest(manifest: JobManifest) -> bytes:
-    return _state_encoder.encode(manifest)
-
-
-def decode_manifest(raw: bytes) -> JobManifest:
-    return _manifest_decoder.decode(raw)
 
 
 # What one result did to its job, for the aggregator's metrics (vf_job_results_total):
@@ -179,7 +153,7 @@ def merge_result(state: JobState | None, result: SynthesisResult, now: float) ->
         state = None  # a newer version than the emitted one: it opens (unseeded) below
     if state is None:
         state = JobState(job_id=job.id, total=job.total, first_seen=now, last_seen=now,
-                         version=version)
+                         version=version, tenant=record_tenant(result.tenant))
     elif state.emitted:
         log.debug("job %s: result for index %d after the job was emitted, ignored", job.id,
                  job.index, extra=ctx)
@@ -236,6 +210,19 @@ def _usable(result: SynthesisResult, job: JobRef, ctx: dict[str, str]) -> bool:
     return True
 
 
+def table_key(result: SynthesisResult) -> bytes:
+    """A job's key in the aggregator's table: job IDs are unique within a tenant only, so
+    `scoped_id(tenant, job_id)` (the bare ID for `default`: tables written before tenancy
+    keep their keys)."""
+    assert result.job is not None
+    return scoped_id(result.tenant, result.job.id).encode()
+
+
+def job_id_of(key: bytes) -> str:
+    """The job ID in a table key (`/` is outside the ID charset: the part after it)."""
+    return key.decode().rsplit("/", 1)[-1]
+
+
 def result_version(result: SynthesisResult) -> int:
     """The job version a result answers (1 for requests written before versions)."""
     return (result.job.version if result.job else None) or 1
@@ -253,7 +240,7 @@ def needs_opening(state: JobState | None, result: SynthesisResult) -> bool:
 
 
 def open_version(job_id: str, version: int, manifest: JobManifest | None,
-                 now: float) -> JobState | None:
+                 now: float, tenant: str | None = None) -> JobState | None:
     """A fresh state for revision `version`, holding the clips its manifest carries over;
     None when there is no usable manifest (the merge then opens an empty state)."""
     if manifest is None or manifest.job_id != job_id or manifest.version != version:
@@ -263,7 +250,7 @@ def open_version(job_id: str, version: int, manifest: JobManifest | None,
                                 version=c.version or 1)
              for c in manifest.carried if 0 <= c.index < manifest.total}
     return JobState(job_id=job_id, total=manifest.total, first_seen=now, last_seen=now,
-                    clips=clips, version=version)
+                    clips=clips, version=version, tenant=record_tenant(tenant))
 
 
 def ready(state: JobState, now: float, timeout_s: float, not_before: float = 0.0) -> bool:
@@ -313,7 +300,7 @@ def build_job(state: JobState, *, manifest: JobManifest | None, gap_ms: int,
                         clips=clips, timeline=timeline, completed_at=completed_at,
                         duration_s=timeline[-1].end_s if timeline else 0.0,
                         subtitles=subtitles, track=track, gap_ms=gap_ms,
-                        version=state.version,
+                        version=state.version, tenant=state.tenant,
                         missing=[i for i in range(state.total) if i not in state.clips])
 
 
@@ -321,4 +308,4 @@ def emitted_marker(state: JobState, status: JobStatus, now: float) -> JobState:
     """What the table keeps once the event is out: enough to ignore late duplicates."""
     return JobState(job_id=state.job_id, total=state.total, first_seen=state.first_seen,
                     last_seen=state.last_seen, emitted=True, emitted_at=now, status=status,
-                    version=state.version)
+                    version=state.version, tenant=state.tenant)

@@ -37,13 +37,13 @@ async def send_cancel(settings: Settings, command: ControlCommand) -> tuple[int,
 
 async def cancel_command(settings: Settings, *, request_id: str | None, job_id: str | None,
                          reason: str | None, out: TextIO | None = None,
-                         err: TextIO | None = None) -> int:
+                         err: TextIO | None = None, tenant: str | None = None) -> int:
     # Streams looked up per call, not bound at import: a redirected sys.stderr is honoured.
     out, err = out or sys.stdout, err or sys.stderr
     try:
         command = cancel(request_id=request_id, job_id=job_id, reason=reason,
-                         requested_at=now_iso())
-    except InvalidControl as exc:
+                         requested_at=now_iso(), tenant=tenant)
+    except (InvalidControl, ValueError) as exc:  # ValueError: a tenant unfit for a key
         print(f"error: {exc}", file=err)
         return 2
     try:

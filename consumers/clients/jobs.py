@@ -24,21 +24,22 @@ the track) are.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+import msgspec
 from aiokafka import TopicPartition
 
-from consumers.aggregator.state import encode_manifest
 from consumers.clients.revisions import Submission, prepare_rerun, prepare_run
-from consumers.clients.scripts import Script
 from consumers.fleet.sending import RoutedSender, routed
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
 from consumers.wiring import make_store
+from pipeline.jobscript import Script, encode_manifest
 from pipeline.keys import job_script_key, voice_json_key
 from pipeline.storage import ObjectStore
 from topics.errors import ErrorCode, LocalError
@@ -51,6 +52,7 @@ from topics.events import (
 )
 from topics.partitioning import partition_for
 from topics.specs import JOBS, RESULTS, topic_names
+from topics.tenancy import record_tenant, tenant_of
 
 
 class UnknownVoices(LocalError):
@@ -72,13 +74,14 @@ def _line_list(lines: list[int], most: int = 10) -> str:
     return shown if len(lines) <= most else f"{shown} and {len(lines) - most} more"
 
 
-def check_voices(store: ObjectStore, script: Script) -> None:
-    """Raise UnknownVoices unless every voice of the script has its voice.json in the store."""
+def check_voices(store: ObjectStore, script: Script, *, tenant: str | None = None) -> None:
+    """Raise UnknownVoices unless every voice of the script has its voice.json among the
+    tenant's voices (another tenant's voice of that ID is as unknown as a typo)."""
     lines_of: dict[str, list[int]] = {}
     for number, request in enumerate(script.requests, start=1):
         lines_of.setdefault(request.voice_id, []).append(number)
     missing = {voice: lines for voice, lines in lines_of.items()
-               if store.stat(voice_json_key(voice)) is None}
+               if store.stat(voice_json_key(voice, tenant=tenant)) is None}
     if missing:
         raise UnknownVoices(missing)
 
@@ -216,31 +219,40 @@ class Outcome:
             r.status == "succeeded" for r in self.results.values())
 
 
-def put_manifest(store: ObjectStore, script: Script) -> None:
+def put_manifest(store: ObjectStore, script: Script, *, tenant: str | None = None) -> None:
     """Write the script's version's script.json (before any of its requests exists)."""
     manifest = script.manifest
-    store.put(job_script_key(script.job_id, manifest.version), encode_manifest(manifest),
-              "application/json")
+    store.put(job_script_key(script.job_id, manifest.version, tenant=tenant),
+              encode_manifest(manifest), "application/json")
 
 
-def submit(store: ObjectStore, script: Script) -> Submission:
+def _owned(submission: Submission, tenant: str | None) -> Submission:
+    """The submission's requests stamped with their tenant (never taken from a script)."""
+    owner = record_tenant(tenant)
+    return dataclasses.replace(submission, requests=[
+        msgspec.structs.replace(r, tenant=owner) for r in submission.requests])
+
+
+def submit(store: ObjectStore, script: Script, *, tenant: str | None = None) -> Submission:
     """The shared `job run` / POST /v1/jobs operation up to producing: voices checked,
-    the version planned (`revisions.prepare_run`), its manifest stored. The caller produces
-    `submission.requests` (none when `unchanged`)."""
-    check_voices(store, script)
-    submission = prepare_run(store, script)
+    the version planned (`revisions.prepare_run`), its manifest stored, all within the
+    tenant. The caller produces `submission.requests` (none when `unchanged`)."""
+    check_voices(store, script, tenant=tenant)
+    submission = _owned(prepare_run(store, script, tenant=tenant), tenant)
     if not submission.unchanged:
-        put_manifest(store, submission.script)
+        put_manifest(store, submission.script, tenant=tenant)
     return submission
 
 
 def submit_rerun(store: ObjectStore, job_id: str, *, failed: bool,
-                 lines: frozenset[int] = frozenset()) -> Submission:
+                 lines: frozenset[int] = frozenset(),
+                 tenant: str | None = None) -> Submission:
     """`job rerun`: the latest finished version's lines without audio and/or those named."""
-    submission = prepare_rerun(store, job_id, failed=failed, lines=lines)
+    submission = _owned(prepare_rerun(store, job_id, failed=failed, lines=lines,
+                                      tenant=tenant), tenant)
     if not submission.unchanged:
-        check_voices(store, submission.script)
-        put_manifest(store, submission.script)
+        check_voices(store, submission.script, tenant=tenant)
+        put_manifest(store, submission.script, tenant=tenant)
     return submission
 
 
@@ -301,6 +313,8 @@ async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic:
     line = ProgressLine(progress, stream)
     wanted = {r.request_id: _index(r) for r in script.requests}
     version = script.manifest.version
+    # Job IDs are unique within a tenant: another tenant's job of this ID shares the key.
+    tenant = tenant_of(script.requests[0].tenant if script.requests else None)
     results: dict[int, SynthesisResult] = {}
     job: JobCompleted | None = None
     deadline = time.monotonic() + timeout_s
@@ -322,13 +336,15 @@ async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic:
                 if tp.topic == jobs_topic:
                     if rec.key == script.job_id.encode() and rec.value:
                         event = decode_job(rec.value)
-                        if (event.version or 1) == version:
+                        if (event.version or 1) == version and \
+                                tenant_of(event.tenant) == tenant:
                             job = event
                     continue
                 result = decode_result(rec.value or b"{}")
                 index = wanted.get(result.request_id)
-                if index is None or index in results or result.job is None:
-                    continue  # another job's result, or a duplicate
+                if index is None or index in results or result.job is None \
+                        or tenant_of(result.tenant) != tenant:
+                    continue  # another job's result (or tenant's), or a duplicate
                 results[index] = result
                 progress.add(result)
         if job_deadline is None:
@@ -338,10 +354,11 @@ async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic:
 
 def run_command(settings: Settings, script: Script, *, wait: bool, timeout_s: float,
                 job_timeout_s: float, out: TextIO | None = None,
-                err: TextIO | None = None) -> int:
+                err: TextIO | None = None, tenant: str | None = None) -> int:
     """`job run` after the script parsed: 0 when every line succeeded (or, without --wait,
     when every request was produced), 1 otherwise."""
-    return run_submission(settings, submit(make_store(settings.store), script), wait=wait,
+    return run_submission(settings, submit(make_store(settings.store), script, tenant=tenant),
+                          wait=wait,
                           timeout_s=timeout_s, job_timeout_s=job_timeout_s, out=out, err=err)
 
 
@@ -355,7 +372,8 @@ def run_submission(settings: Settings, submission: Submission, *, wait: bool,
     if submission.unchanged:
         return 0
     script = submission.script
-    key = job_script_key(script.job_id, submission.version)
+    key = job_script_key(script.job_id, submission.version,
+                         tenant=script.requests[0].tenant if script.requests else None)
     print(f"job {script.job_id}: script s3://{settings.store.bucket}/{key}", file=err)
     outcome = asyncio.run(run_job(settings, script, wait=wait, timeout_s=timeout_s,
                                   job_timeout_s=job_timeout_s, stream=err))

@@ -19,6 +19,7 @@ from aiokafka import TopicPartition
 
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
+from pipeline.voices import voice_topic_key
 from topics.events import (
     SynthesisRequest,
     SynthesisResult,
@@ -112,22 +113,25 @@ async def submit(settings: Settings, requests: Iterable[SynthesisRequest], *,
 
 
 async def publish_voice(settings: Settings, event: VoiceRegistration) -> None:
-    """The registration event on the compacted `tts.voices` topic, keyed by voice ID."""
+    """The registration event on the compacted `tts.voices` topic, keyed by
+    `scoped_id(tenant, voice_id)` (voice IDs are unique within a tenant only)."""
     topic = topic_names(settings.kafka.topic_prefix).voices
     producer = make_producer(settings.kafka)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, encode(event), key=event.voice_id.encode())
+        await producer.send_and_wait(topic, encode(event),
+                                     key=voice_topic_key(event.voice_id, event.tenant))
     finally:
         await producer.stop()
 
 
-async def publish_voice_tombstone(settings: Settings, voice_id: str) -> None:
+async def publish_voice_tombstone(settings: Settings, voice_id: str, *,
+                                  tenant: str | None = None) -> None:
     """A null value for the voice's key: compaction then forgets the voice on `tts.voices`."""
     topic = topic_names(settings.kafka.topic_prefix).voices
     producer = make_producer(settings.kafka)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, None, key=voice_id.encode())
+        await producer.send_and_wait(topic, None, key=voice_topic_key(voice_id, tenant))
     finally:
         await producer.stop()

@@ -34,8 +34,7 @@ from datetime import UTC, datetime
 import msgspec
 import orjson
 
-from consumers.aggregator.state import JobManifest, ManifestLine, decode_manifest
-from consumers.clients.scripts import Script, ScriptError
+from pipeline.jobscript import JobManifest, ManifestLine, Script, ScriptError, decode_manifest
 from pipeline.keys import job_json_key, job_script_key
 from pipeline.storage import ObjectStore
 from topics.errors import LocalError, VoiceFactoryError
@@ -148,24 +147,27 @@ class Finished:
     manifest: JobManifest | None
 
 
-def latest_finished(store: ObjectStore, job_id: str) -> Finished | None:
-    """The highest version whose job.json exists (versions are consecutive from 1)."""
+def latest_finished(store: ObjectStore, job_id: str, *,
+                    tenant: str | None = None) -> Finished | None:
+    """The highest version whose job.json exists (versions are consecutive from 1), among
+    the tenant's jobs only."""
     found: Finished | None = None
     version = 1
     while True:
-        raw = store.get(job_json_key(job_id, version))
+        raw = store.get(job_json_key(job_id, version, tenant=tenant))
         if raw is None:
             return found
-        script = store.get(job_script_key(job_id, version))
+        script = store.get(job_script_key(job_id, version, tenant=tenant))
         manifest = decode_manifest(script) if script is not None else None
         found = Finished(version=version, event=decode_job(raw), manifest=manifest)
         version += 1
 
 
-def prepare_run(store: ObjectStore, script: Script) -> Submission:
+def prepare_run(store: ObjectStore, script: Script, *,
+                tenant: str | None = None) -> Submission:
     """`job run` / POST /v1/jobs: version 1 for a new job ID (or one still open), else the
     next version with the lines that changed or failed."""
-    done = latest_finished(store, script.job_id)
+    done = latest_finished(store, script.job_id, tenant=tenant)
     if done is None:
         return Submission(job_id=script.job_id, version=1, manifest=script.manifest,
                           requests=list(script.requests))
@@ -183,18 +185,19 @@ def prepare_run(store: ObjectStore, script: Script) -> Submission:
 
 
 def prepare_rerun(store: ObjectStore, job_id: str, *, failed: bool,
-                  lines: frozenset[int] = frozenset()) -> Submission:
+                  lines: frozenset[int] = frozenset(),
+                  tenant: str | None = None) -> Submission:
     """`job rerun JOB --failed | --lines ...`: the latest finished version's own script,
     re-producing its lines without audio (`failed`) and/or the lines named by index."""
-    done = latest_finished(store, job_id)
+    done = latest_finished(store, job_id, tenant=tenant)
     if done is None:
-        if store.stat(job_script_key(job_id)) is None:
+        if store.stat(job_script_key(job_id, tenant=tenant)) is None:
             raise UnknownJob(f"job {job_id} is unknown: no jobs/{job_id}/script.json or "
                              "job.json; `job run` its script first")
         raise RevisionError(f"job {job_id} has no finished version to re-run (no "
                             f"jobs/{job_id}/job.json): version 1 is still open")
     # A re-run of version N while N+1 runs would plan N+1 again under its open requests.
-    if store.stat(job_script_key(job_id, done.version + 1)) is not None:
+    if store.stat(job_script_key(job_id, done.version + 1, tenant=tenant)) is not None:
         raise RevisionError(f"job {job_id}: version {done.version + 1} is still open (no "
                             "job.json yet); re-run once the aggregator closed it")
     previous = _previous_lines(done)

@@ -11,7 +11,8 @@
       /openapi.json (`consumers.gateway.openapi`, no key), and the console's files under
       /console (no key: `consumers.gateway.console`). /healthz, /readyz and /metrics are
       not here: they answer on the ops port only (`consumers.gateway.ops`)
-    speech: body -> JSON -> `parse_speech` (400) -> voice registered? (404) -> lane lag under
+    speech: body -> JSON -> `parse_speech` (400; the requests carry the key's tenant) -> the
+      tenant's voice? (404, as for an unknown one) -> lane lag under
       the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
       -> requests routed (consumers.fleet) to tts.requests.interactive with
       `vf-reply-partition`; a worker gone before the first chunk: sent again (failover.py)
@@ -70,7 +71,7 @@ async def speech(request: Request) -> Response:
         order = parse_speech(body, tenant=tenant.name)
     except BadField as exc:
         return json_error(400, str(exc), "invalid_request", param=exc.field)
-    if not await gw.voice_exists(order.voice_id):
+    if not await gw.voice_exists(order.voice_id, tenant.name):
         return json_error(404, f"voice {order.voice_id!r} is not registered (POST /v1/voices)",
                           "voice_not_found", param="voice")
     limits = gw.settings.gateway
@@ -105,7 +106,8 @@ async def speech(request: Request) -> Response:
     streams = [ReplyStream(i, gw.router.queue(i), limits.timeout_s,
                            on_gap=functools.partial(gw.router.repair, i)) for i in ids]
     return SpeechAnswer(order, streams, received_at=received,
-                        on_first_byte=gw.metrics.observe_ttfb, on_cancel=gw.cancel,
+                        on_first_byte=gw.metrics.observe_ttfb,
+                        on_cancel=functools.partial(gw.cancel, tenant=tenant.name),
                         on_end=on_end)
 
 
@@ -178,6 +180,7 @@ _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+/clips\.zip"), "/v1/jobs/{id}/clips.zip"),
            (re.compile(r"/v1/jobs/[^/]+/timeline"), "/v1/jobs/{id}/timeline"),
            (re.compile(r"/v1/jobs/[^/]+/rerun"), "/v1/jobs/{id}/rerun"),
+           (re.compile(r"/v1/jobs/[^/]+/cancel"), "/v1/jobs/{id}/cancel"),
            (re.compile(r"/console(/.*)?"), "/console"))
 _KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet"}
 

@@ -19,6 +19,9 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
         (its own vf_gateway_requests_total): no Prometheus server needed.
 The JSON answers are msgspec types (`JobTimeline`, `Fleet`), encoded from them and
 published by consumers.gateway.openapi, like consumers.gateway.resources' answers.
+Every route reads only the caller's tenant's objects (the key's tenant, as in
+consumers.gateway.resources): another tenant's voice or job is the 404 of an unknown one, and
+a clip is served only from the tenant's own `audio/` objects.
 Why serve bytes here rather than hand out presigned links: the console's CSP allows media
 only from its own origin (or blob:), and the object store is another origin.
 """
@@ -26,6 +29,7 @@ only from its own origin (or blob:), and the object store is another origin.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import time
 import zipfile
@@ -38,10 +42,12 @@ from starlette.routing import Route
 
 from consumers.clients.revisions import latest_finished
 from consumers.fleet.router import LANES
+from consumers.gateway.resources import tenant_of_request, voice_not_found
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from pipeline import keys
-from topics.events import ClipSpan, JobCompleted, VoiceRegistration
+from pipeline.voices import read_voice
+from topics.events import AudioRef, ClipSpan, JobCompleted
 from topics.fleet import ProfileCounts, WorkerStatus
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
@@ -149,12 +155,14 @@ async def reference(request: Request) -> Response:
     voice_id = _id(request, "voice_id", VOICE_ID_MAX)
     if isinstance(voice_id, Response):
         return voice_id
-    raw = await asyncio.to_thread(gw.store.get, keys.voice_json_key(voice_id))
-    if raw is None:
-        return json_error(404, f"voice {voice_id!r} is not registered", "voice_not_found")
-    event = msgspec.json.decode(raw, type=VoiceRegistration)
+    tenant = tenant_of_request(request)
+    event = await asyncio.to_thread(functools.partial(read_voice, gw.store, voice_id,
+                                                      tenant=tenant))
+    if event is None:
+        return voice_not_found(voice_id)
     key = event.reference.removeprefix(f"s3://{gw.store.bucket}/")
-    if not key.startswith(keys.voice_prefix(voice_id)):  # another bucket, or not its own
+    # another bucket, or not its own
+    if not key.startswith(keys.voice_prefix(voice_id, tenant=tenant)):
         return json_error(404, f"voice {voice_id!r}'s reference is not in this store",
                           "reference_not_found")
     data = await asyncio.to_thread(gw.store.get, key)
@@ -171,7 +179,8 @@ async def _closed_job(request: Request) -> tuple[int, JobCompleted] | Response:
     job_id = _id(request, "job_id", REQUEST_ID_MAX)
     if isinstance(job_id, Response):
         return job_id
-    done = await asyncio.to_thread(latest_finished, gw.store, job_id)
+    done = await asyncio.to_thread(functools.partial(latest_finished, gw.store, job_id,
+                                                     tenant=tenant_of_request(request)))
     if done is None:
         return json_error(404, f"job {job_id!r} is not closed (or unknown)", "job_not_found")
     return done.version, done.event
@@ -183,7 +192,8 @@ async def subtitles(request: Request) -> Response:
     if isinstance(closed, Response):
         return closed
     version, event = closed
-    data = await asyncio.to_thread(gw.store.get, keys.job_subtitles_key(event.job_id, version))
+    data = await asyncio.to_thread(gw.store.get, keys.job_subtitles_key(
+        event.job_id, version, tenant=tenant_of_request(request)))
     if not event.subtitles or data is None:
         return json_error(404, f"job {event.job_id!r} has no subtitles", "subtitles_not_found")
     return Response(data, media_type="application/x-subrip", headers={
@@ -201,7 +211,7 @@ async def clip(request: Request) -> Response:
     if found is None or found.audio is None:
         return json_error(404, f"job {event.job_id!r} has no clip for line {index}",
                           "clip_not_found")
-    if found.audio.bucket != gw.store.bucket or not found.audio.key.startswith("audio/"):
+    if not _own_clip(gw, tenant_of_request(request), found.audio):
         return json_error(404, f"line {index}'s clip is not in this gateway's store",
                           "clip_not_found")
     data = await asyncio.to_thread(gw.store.get, found.audio.key)
@@ -211,12 +221,18 @@ async def clip(request: Request) -> Response:
                                                      "application/octet-stream"))
 
 
-def _stored_clips(gw: Gateway, event: JobCompleted) -> list[tuple[str, str]]:
-    """(zip name, object key) of each clip in the gateway's bucket, in line order."""
+def _own_clip(gw: Gateway, tenant: str, audio: AudioRef) -> bool:
+    """A clip the gateway serves: in its bucket, among the tenant's own audio objects."""
+    return audio.bucket == gw.store.bucket and \
+        audio.key.startswith(keys.audio_root(tenant=tenant))
+
+
+def _stored_clips(gw: Gateway, event: JobCompleted, tenant: str) -> list[tuple[str, str]]:
+    """(zip name, object key) of each of the tenant's clips in the gateway's bucket, in line
+    order."""
     return [(f"{c.index + 1:04d}-{c.request_id}.{c.audio.format}", c.audio.key)
             for c in sorted(event.clips, key=lambda c: c.index)
-            if c.audio is not None and c.audio.bucket == gw.store.bucket
-            and c.audio.key.startswith("audio/")]
+            if c.audio is not None and _own_clip(gw, tenant, c.audio)]
 
 
 async def clips_zip(request: Request) -> Response:
@@ -230,7 +246,7 @@ async def clips_zip(request: Request) -> Response:
         return json_error(413, f"job {event.job_id!r}'s clips are {size:,} bytes, over the "
                                f"{MAX_ZIP_BYTES:,} a zip is made of; fetch them one by one",
                           "zip_too_large")
-    wanted = _stored_clips(gw, event)
+    wanted = _stored_clips(gw, event, tenant_of_request(request))
 
     def build() -> bytes:
         out = io.BytesIO()

@@ -112,7 +112,8 @@ class StreamError(msgspec.Struct, kw_only=True):
 _TYPES: tuple[type[msgspec.Struct], ...] = (
     SpeechBody, resources.VoiceForm, resources.JobScript, resources.JobRerun, resources.Voice,
     resources.VoiceCreated, resources.VoiceCheck, resources.VoiceList, resources.VoiceDeleted,
-    resources.JobQueued, resources.JobFinished, resources.JobRunning, console_api.JobTimeline,
+    resources.JobQueued, resources.JobFinished, resources.JobRunning, resources.JobCancelled,
+    console_api.JobTimeline,
     console_api.Fleet, ApiError, Health, Readiness, AudioDelta, AudioDone, StreamError)
 
 # Served without a description: the web console's static files under /console (the page, its
@@ -269,6 +270,16 @@ OPERATIONS: tuple[Operation, ...] = (
                   503: _error("Kafka refused the requests (`kafka_error`) or the object "
                               "store is down (`storage_unavailable`); retry after "
                               "Retry-After", "Retry-After")}),
+    Operation("post", "/v1/jobs/{id}/cancel", "cancelJob",
+              "Cancel a job's lines not yet synthesized (`voicefactory cancel --job`)",
+              tag="jobs", answers={
+                  202: _json("JobCancelled", "The cancel is on tts.control; the lines not "
+                                             "yet synthesized are answered `cancelled`"),
+                  400: _BAD_ID,
+                  404: _error("No such job (`job_not_found`)"),
+                  503: _error("Kafka refused the cancel (`kafka_error`) or the object store "
+                              "is down (`storage_unavailable`); retry after Retry-After",
+                              "Retry-After")}),
     Operation("get", "/v1/voices/{id}/reference", "getVoiceReference",
               "A voice's reference clip, in its own audio type", tag="voices", answers={
                   200: Answer("The stored reference", _CLIP_AUDIO),

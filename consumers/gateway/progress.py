@@ -4,7 +4,8 @@ Results of a job are keyed by its job ID, so they all sit in one partition. The 
 `created_at` (script.json) -> ListOffsets by timestamp gives the first offset that can hold
 one of its results -> a group-less consumer reads from there to the end offset noted at the
 start (never waiting for new records) -> one status per line index (the latest answer wins,
-duplicates count once), with the error code of a line that did not succeed. Bounded by
+duplicates count once), with the error code of a line that did not succeed; only results of
+the caller's tenant count (another tenant's job of the same ID shares the key). Bounded by
 `limit_s`: a status call never hangs on a busy partition; it then says `complete: false`.
 """
 
@@ -20,6 +21,7 @@ from consumers.settings import KafkaSettings
 from topics.events import decode_result
 from topics.partitioning import partition_for
 from topics.specs import RESULTS
+from topics.tenancy import tenant_of
 
 
 @dataclass
@@ -51,7 +53,8 @@ class Progress:
 
 
 async def job_progress(kafka: KafkaSettings, topic: str, job_id: str, created_at: str, *,
-                       limit_s: float = 5.0, version: int = 1) -> Progress:
+                       limit_s: float = 5.0, version: int = 1,
+                       tenant: str | None = None) -> Progress:
     tp = TopicPartition(topic, partition_for(job_id, RESULTS.partitions))
     since_ms = int(datetime.fromisoformat(created_at).timestamp() * 1000) - 60_000  # clock skew
     consumer = make_consumer(kafka, group_id=None, enable_auto_commit=False)
@@ -66,6 +69,7 @@ async def job_progress(kafka: KafkaSettings, topic: str, job_id: str, created_at
                 continue
             result = decode_result(record.value)
             if result.job is not None and result.job.id == job_id and \
+                    tenant_of(result.tenant) == tenant_of(tenant) and \
                     (result.job.version or 1) == version:  # a revision counts its own lines
                 progress.answer(result.job.index, result.status,
                                 result.error.code if result.error is not None else None)

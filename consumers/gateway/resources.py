@@ -22,7 +22,16 @@ GET /v1/jobs/{id}: the latest version's job.json once the aggregator closed it (
   clips, subtitles link), else "running" with the lines answered so far
   (`consumers.gateway.progress` reads the job's tts.results partition from the script's
   creation time).
+POST /v1/jobs/{id}/cancel -> a tts.control cancel of the job (202): its lines not yet
+  synthesized are answered `cancelled` (docs/lanes.md); 404 for a job never stored.
 The store is synchronous (minio): its calls run in a thread, off the event loop.
+
+Tenancy (docs/gateway.md, "Tenants"): every route works inside the caller's tenant, the one
+its API key names (`request.state.tenant`); a `tenant` in a body is never read. Voices, jobs
+and their objects are looked up under the tenant's root (pipeline/keys.py), so another
+tenant's ID is simply not found: the 404 is the one an unknown ID gets, same code, same
+words. The records produced carry the tenant; presigned links (a job's clips and
+subtitles) are made fresh for the caller's own objects, valid VF_GATEWAY_PRESIGN_SECONDS.
 
 The bodies and answers are msgspec types (`VoiceForm`, `JobScript`, `Voice`, `JobFinished`,
 ...): consumers.gateway.openapi publishes them, the answers are encoded from them, and a body
@@ -32,6 +41,7 @@ is converted to its type after the CLI's own checks, so one the schema refuses i
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import uuid
 from typing import Annotated, Any, Literal
@@ -44,17 +54,26 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from consumers.aggregator.state import decode_manifest
 from consumers.clients.jobs import UnknownVoices, submit, submit_rerun
 from consumers.clients.revisions import RevisionError, UnknownJob, latest_finished
-from consumers.clients.scripts import ScriptError, parse_script
+from consumers.gateway.keys import Tenant
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from consumers.gateway.speech import NO_NUL, SPACE, LanguageTag, VoiceId
 from pipeline import keys
+from pipeline.jobscript import ScriptError, decode_manifest, parse_script
 from pipeline.reference import ReferenceReport, check_reference
-from pipeline.voices import list_voices, register_voice, remove_voice
+from pipeline.storage import ObjectStore
+from pipeline.voices import (
+    list_voices,
+    owns_key,
+    read_voice,
+    register_voice,
+    remove_voice,
+    voice_topic_key,
+)
+from topics.control import cancel, control_key
 from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import (
     AudioFormat,
@@ -69,7 +88,7 @@ from topics.jsonschema import ID_PATTERN
 from topics.validation import MAX_TEXT_CHARS, REQUEST_ID_MAX, VOICE_ID_MAX, check_id
 
 DRY_RUN = {"1": True, "true": True, "0": False, "false": False}  # POST /v1/voices?dry_run=
-MAX_LINES = 10_000  # consumers.clients.scripts: a job holds at most this many lines
+MAX_LINES = 10_000  # pipeline.jobscript: a job holds at most this many lines
 Speed = Annotated[float, msgspec.Meta(ge=0.5, le=2.0)]
 SampleRate = Literal[16000, 22050, 24000, 44100, 48000]  # topics.validation.SAMPLE_RATES
 
@@ -254,8 +273,15 @@ def verdict_table(report: ReferenceReport) -> list[RuleCheck]:
                       advisory=c.advisory, problem=c.problem or None) for c in report.checks]
 
 
+def tenant_of_request(request: Request) -> str:
+    """The caller's tenant, from its API key (the guard put it there; never from a body)."""
+    tenant: Tenant = request.state.tenant
+    return tenant.name
+
+
 async def create_voice(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
+    tenant = tenant_of_request(request)
     dry_run = DRY_RUN.get(request.query_params.get("dry_run", "0"))
     if dry_run is None:
         return json_error(400, "dry_run is 1, true, 0 or false", "invalid_request",
@@ -293,19 +319,22 @@ async def create_voice(request: Request) -> Response:
     try:
         event = await asyncio.to_thread(
             register_voice, gw.store, voice_id=voice_id, reference=data,
-            prompt_text=form_fields.transcript or None, language=form_fields.language or None)
+            prompt_text=form_fields.transcript or None, language=form_fields.language or None,
+            tenant=tenant)
     except VoiceFactoryError as exc:
         if exc.code == ErrorCode.STORAGE_ERROR:
             raise  # the app's 503: the caller may retry
         return json_error(422, str(exc), str(exc.code), param="reference")
     assert gw.producer is not None
-    await gw.producer.send_and_wait(gw.names.voices, encode(event), key=voice_id.encode())
+    await gw.producer.send_and_wait(gw.names.voices, encode(event),
+                                    key=voice_topic_key(voice_id, tenant))
     return _json(VoiceCreated(**msgspec.structs.asdict(_voice(event)), checks=checks), 201)
 
 
 async def get_voices(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
-    voices = await asyncio.to_thread(list_voices, gw.store)
+    voices = await asyncio.to_thread(functools.partial(
+        list_voices, gw.store, tenant=tenant_of_request(request)))
     return _json(VoiceList(object="list", data=[_voice(v) for v in voices]))
 
 
@@ -322,23 +351,38 @@ async def voice(request: Request) -> Response:
     voice_id = _path_id(request, "voice_id", VOICE_ID_MAX)
     if isinstance(voice_id, Response):
         return voice_id
+    tenant = tenant_of_request(request)
     if request.method == "DELETE":
         # Audited only for a voice that exists: a trail of deletes answered 404 says nothing.
-        if await asyncio.to_thread(gw.store.stat, keys.voice_json_key(voice_id)) is not None:
+        if await asyncio.to_thread(gw.store.stat,
+                                   keys.voice_json_key(voice_id, tenant=tenant)) is not None:
             await gw.audit.record(request, "voice.delete", voice_id)
         try:
-            removed = await asyncio.to_thread(remove_voice, gw.store, voice_id)
+            removed = await asyncio.to_thread(functools.partial(
+                remove_voice, gw.store, voice_id, tenant=tenant))
         except VoiceFactoryError as exc:
             if exc.code != ErrorCode.VOICE_NOT_FOUND:
                 raise  # a store outage is the app's 503, not a 404
-            return json_error(404, str(exc), "voice_not_found")
+            return voice_not_found(voice_id)
         assert gw.producer is not None
-        await gw.producer.send_and_wait(gw.names.voices, None, key=voice_id.encode())
+        await gw.producer.send_and_wait(gw.names.voices, None,
+                                        key=voice_topic_key(voice_id, tenant))
         return _json(VoiceDeleted(id=voice_id, object="voice", deleted=True, objects=removed))
-    raw = await asyncio.to_thread(gw.store.get, keys.voice_json_key(voice_id))
-    if raw is None:
-        return json_error(404, f"voice {voice_id!r} is not registered", "voice_not_found")
-    return _json(_voice(msgspec.json.decode(raw, type=VoiceRegistration)))
+    event = await asyncio.to_thread(functools.partial(read_voice, gw.store, voice_id,
+                                                      tenant=tenant))
+    if event is None:
+        return voice_not_found(voice_id)
+    return _json(_voice(event))
+
+
+def voice_not_found(voice_id: str) -> Response:
+    """The one 404 of a voice the caller cannot see: unknown and another tenant's alike."""
+    return json_error(404, f"voice {voice_id!r} is not registered", "voice_not_found")
+
+
+def job_not_found(job_id: str) -> Response:
+    """The one 404 of a job the caller cannot see: unknown and another tenant's alike."""
+    return json_error(404, f"job {job_id!r} is unknown", "job_not_found")
 
 
 def _whole_numbers(doc: Any) -> Any:
@@ -368,7 +412,8 @@ async def create_job(request: Request) -> Response:
     except msgspec.ValidationError as exc:
         return refusal(exc)
     try:
-        submission = await asyncio.to_thread(submit, gw.store, script)
+        submission = await asyncio.to_thread(functools.partial(
+            submit, gw.store, script, tenant=tenant_of_request(request)))
     except UnknownVoices as exc:
         return json_error(400, str(exc), "voice_not_found", param="lines", voices=exc.missing)
     except RevisionError as exc:
@@ -406,9 +451,10 @@ async def rerun_job(request: Request) -> Response:
                           "invalid_request")
     try:
         submission = await asyncio.to_thread(submit_rerun, gw.store, job_id,
-                                             failed=body.failed, lines=frozenset(body.lines))
-    except UnknownJob as exc:
-        return json_error(404, str(exc), "job_not_found")
+                                             failed=body.failed, lines=frozenset(body.lines),
+                                             tenant=tenant_of_request(request))
+    except UnknownJob:
+        return job_not_found(job_id)
     except UnknownVoices as exc:  # deleted since the version ran
         return json_error(400, str(exc), "voice_not_found", param="lines", voices=exc.missing)
     except (RevisionError, ScriptError) as exc:
@@ -428,28 +474,33 @@ async def job(request: Request) -> Response:
     job_id = _path_id(request, "job_id", REQUEST_ID_MAX)
     if isinstance(job_id, Response):
         return job_id
-    done = await asyncio.to_thread(latest_finished, gw.store, job_id)
-    opened = (await asyncio.to_thread(gw.store.get,
-                                      keys.job_script_key(job_id, done.version + 1))
+    tenant = tenant_of_request(request)
+    done = await asyncio.to_thread(functools.partial(latest_finished, gw.store, job_id,
+                                                     tenant=tenant))
+    opened = (await asyncio.to_thread(
+        gw.store.get, keys.job_script_key(job_id, done.version + 1, tenant=tenant))
               if done is not None else None)
     if done is not None and opened is None:
         event, version = done.event, done.version
+        ttl = gw.settings.gateway.presign_seconds
         subtitles = None
         if event.subtitles:
-            subtitles = await asyncio.to_thread(gw.store.presign,
-                                                keys.job_subtitles_key(job_id, version),
-                                                gw.settings.store.presign_seconds)
+            subtitles = await asyncio.to_thread(
+                gw.store.presign, keys.job_subtitles_key(job_id, version, tenant=tenant), ttl)
+        clips, track = await asyncio.to_thread(
+            _fresh_links, gw.store, tenant, event.clips, event.track, ttl)
         return _json(JobFinished(id=job_id, object="job", status=event.status,
                                  version=version, total=event.total, done=len(event.clips),
                                  missing=event.missing, duration_s=event.duration_s,
-                                 subtitles=subtitles, clips=event.clips, track=event.track))
+                                 subtitles=subtitles, clips=clips, track=track))
     script = opened if opened is not None else await asyncio.to_thread(
-        gw.store.get, keys.job_script_key(job_id))
+        gw.store.get, keys.job_script_key(job_id, tenant=tenant))
     if script is None:
-        return json_error(404, f"job {job_id!r} is unknown", "job_not_found")
+        return job_not_found(job_id)
     manifest = decode_manifest(script)
     progress = await job_progress(gw.settings.kafka, gw.names.results, job_id,
-                                  manifest.created_at, version=manifest.version)
+                                  manifest.created_at, version=manifest.version,
+                                  tenant=tenant)
     return _json(JobRunning(id=job_id, object="job", status="running",
                             version=manifest.version, total=manifest.total,
                             carried=len(manifest.carried), done=progress.done,
@@ -458,6 +509,46 @@ async def job(request: Request) -> Response:
                             progress_complete=progress.complete,
                             lines=[LineProgress(index=i, status=st, code=code)
                                    for i, st, code in progress.lines()]))
+
+
+def _fresh_links(store: ObjectStore, tenant: str, clips: list[JobClip],
+                 track: AudioRef | None, ttl: int) -> tuple[list[JobClip], AudioRef | None]:
+    """job.json's links were presigned by the worker and the aggregator for days: the answer
+    gets links of the gateway's own short lifetime instead, and only for the caller's own
+    objects in this store (anything else keeps its s3 key but loses its link)."""
+
+    def fresh(ref: AudioRef) -> AudioRef:
+        own = ref.bucket == store.bucket and owns_key(tenant, ref.key)
+        return msgspec.structs.replace(ref, url=store.presign(ref.key, ttl) if own else "")
+
+    return ([msgspec.structs.replace(c, audio=fresh(c.audio)) if c.audio is not None else c
+             for c in clips], fresh(track) if track is not None else None)
+
+
+class JobCancelled(msgspec.Struct, kw_only=True):
+    """POST /v1/jobs/{id}/cancel: the cancel is on tts.control; the job's lines not yet
+    synthesized are answered `cancelled` and the job closes with them (docs/lanes.md)."""
+
+    id: str
+    object: Literal["job"]
+    status: Literal["cancelling"]
+
+
+async def cancel_job(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    job_id = _path_id(request, "job_id", REQUEST_ID_MAX)
+    if isinstance(job_id, Response):
+        return job_id
+    tenant = tenant_of_request(request)
+    # Version 1's script exists for every job the tenant ever submitted.
+    info = await asyncio.to_thread(gw.store.stat, keys.job_script_key(job_id, tenant=tenant))
+    if info is None:
+        return job_not_found(job_id)
+    command = cancel(job_id=job_id, reason="cancelled through the gateway", tenant=tenant)
+    assert gw.producer is not None
+    await gw.producer.send_and_wait(gw.names.control, encode(command),
+                                    key=control_key(command))
+    return _json(JobCancelled(id=job_id, object="job", status="cancelling"), 202)
 
 
 async def voices(request: Request) -> Response:
@@ -470,4 +561,5 @@ def routes() -> list[Route]:
             Route("/v1/voices/{id}", voice, methods=["GET", "DELETE"]),
             Route("/v1/jobs", create_job, methods=["POST"]),
             Route("/v1/jobs/{id}", job, methods=["GET"]),
-            Route("/v1/jobs/{id}/rerun", rerun_job, methods=["POST"])]
+            Route("/v1/jobs/{id}/rerun", rerun_job, methods=["POST"]),
+            Route("/v1/jobs/{id}/cancel", cancel_job, methods=["POST"])]

@@ -41,6 +41,7 @@ from topics.chunks import REPLY_PARTITION
 from topics.control import cancel, control_key
 from topics.events import SynthesisRequest, encode
 from topics.specs import REQUESTS_INTERACTIVE, topic_names
+from topics.tenancy import scoped_id
 
 log = logging.getLogger(__name__)
 
@@ -181,11 +182,12 @@ class Gateway:
         if self.failover is not None:
             self.failover.forget(request_ids)
 
-    async def cancel(self, request_ids: list[str], reason: str) -> None:
+    async def cancel(self, request_ids: list[str], reason: str, *,
+                     tenant: str | None = None) -> None:
         if self.producer is None:
             return
         for request_id in request_ids:
-            command = cancel(request_id=request_id, reason=reason)
+            command = cancel(request_id=request_id, reason=reason, tenant=tenant)
             try:
                 await self.producer.send_and_wait(self.names.control, encode(command),
                                                   key=control_key(command))
@@ -194,16 +196,19 @@ class Gateway:
                 log.warning("cancel of %s not produced: %s", request_id, exc)
         log.info("cancelled %s: %s", ", ".join(request_ids), reason)
 
-    async def voice_exists(self, voice_id: str) -> bool:
-        seen = self._voices_seen.get(voice_id)
+    async def voice_exists(self, voice_id: str, tenant: str | None = None) -> bool:
+        """Whether the tenant has the voice (another tenant's of that ID: False)."""
+        scoped = scoped_id(tenant, voice_id)
+        seen = self._voices_seen.get(scoped)
         # A voice seen registered is trusted as long as a worker trusts a voice.json.
         if seen is not None and time.monotonic() - seen < self.settings.worker.voice_ttl_seconds:
             return True
-        info = await asyncio.to_thread(self.store.stat, object_keys.voice_json_key(voice_id))
+        info = await asyncio.to_thread(self.store.stat,
+                                       object_keys.voice_json_key(voice_id, tenant=tenant))
         if info is None:
-            self._voices_seen.pop(voice_id, None)
+            self._voices_seen.pop(scoped, None)
             return False
-        self._voices_seen[voice_id] = time.monotonic()
+        self._voices_seen[scoped] = time.monotonic()
         return True
 
     def readiness(self) -> tuple[bool, dict[str, object]]:

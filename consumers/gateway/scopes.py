@@ -41,6 +41,7 @@ ROUTE_SCOPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", "/v1/jobs"): ("jobs",),
     ("GET", "/v1/jobs/{id}"): ("jobs",),
     ("POST", "/v1/jobs/{id}/rerun"): ("jobs",),
+    ("POST", "/v1/jobs/{id}/cancel"): ("jobs",),
     ("GET", "/v1/jobs/{id}/subtitles"): ("jobs",),
     ("GET", "/v1/jobs/{id}/clips/{index}"): ("jobs",),
     ("GET", "/v1/jobs/{id}/clips.zip"): ("jobs",),

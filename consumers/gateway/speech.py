@@ -32,6 +32,7 @@ from pipeline.text.language import CANTONESE_TAGS, ENGLISH_TAGS, MANDARIN_TAGS, 
 from topics.errors import VoiceFactoryError
 from topics.events import SynthesisRequest, encode
 from topics.jsonschema import ID_PATTERN
+from topics.tenancy import record_tenant
 from topics.validation import MAX_TEXT_CHARS, VOICE_ID_MAX, check_id, decode_request
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit on `input`
@@ -165,7 +166,7 @@ def parse_speech(body: Any, *, tenant: str, request_id: str | None = None) -> Sp
         request = SynthesisRequest(
             request_id=base if len(parts) == 1 else f"{base}-p{i}", voice_id=voice_id,
             text=part, instruct=instructions, language=language, format="wav", speed=speed,
-            sample_rate=REQUEST_RATE, stream=True,
+            sample_rate=REQUEST_RATE, stream=True, tenant=record_tenant(tenant),
             metadata={"model": model, "tenant": tenant, "gateway_part": i,
                       "gateway_parts": len(parts)})
         try:  # the worker's own rules, so nothing the worker would reject is produced

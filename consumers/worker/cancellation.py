@@ -2,12 +2,14 @@
 
     tts.control (every partition, manually assigned, no group)
         --ControlReader--> decode_control (topics/control.py; a bad record: log line, skip)
-        --> CancelRegistry.add (request ID or job ID, for `ttl_s`, at most `max_entries`;
-            the reason cut to MAX_REASON_CHARS)
+        --> CancelRegistry.add (request ID or job ID within the command's tenant, for
+            `ttl_s`, at most `max_entries`; the reason cut to MAX_REASON_CHARS)
         --> on_cancel(command): the worker takes the matching requests out of its queue and
             answers them `cancelled` (loop.py)
     the worker, later: a fetched request, a retry coming back, a batch taken for the engine
-        --CancelRegistry.is_cancelled(request_id, job_id)--> answered `cancelled`, no engine call
+        --CancelRegistry.is_cancelled(request_id, job_id, tenant)--> answered `cancelled`, no
+        engine call (a cancel acts only on its own tenant's requests: IDs are unique within a
+        tenant, so another tenant's request of the same ID is not the one it names)
     a request already in the engine: `checker(request_id, job_id)` is the zero-argument
         callable a streaming engine calls between chunks.
 
@@ -41,6 +43,7 @@ from pipeline.answers import Answers
 from topics.control import InvalidControl, decode_control
 from topics.errors import clip
 from topics.events import ControlCommand, SynthesisResult
+from topics.tenancy import scoped_id, tenant_of
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +72,9 @@ class CancelRegistry:
     def add(self, command: ControlCommand, *, age_s: float = 0.0) -> None:
         """Remember the command's target; `age_s`: how long ago it was issued (a replayed
         command lives out the rest of its ttl, not a fresh one)."""
-        key = (("request", command.request_id) if command.request_id is not None
-               else ("job", command.job_id or ""))
+        key = (("request", scoped_id(command.tenant, command.request_id))
+               if command.request_id is not None
+               else ("job", scoped_id(command.tenant, command.job_id or "")))
         self._expire()
         self._entries.pop(key, None)
         self._entries[key] = (self._clock() + self.ttl_s - max(0.0, age_s),
@@ -78,25 +82,29 @@ class CancelRegistry:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
-    def is_cancelled(self, request_id: str, job_id: str | None = None) -> bool:
-        """Whether the request, or the job it belongs to, is cancelled."""
-        return self.reason(request_id, job_id) is not None
+    def is_cancelled(self, request_id: str, job_id: str | None = None,
+                     tenant: str | None = None) -> bool:
+        """Whether the tenant's request, or the job it belongs to, is cancelled."""
+        return self.reason(request_id, job_id, tenant) is not None
 
-    def reason(self, request_id: str, job_id: str | None = None) -> str | None:
-        """The cancel's reason ("" when it gave none) if the request or its job is cancelled,
-        else None."""
+    def reason(self, request_id: str, job_id: str | None = None,
+               tenant: str | None = None) -> str | None:
+        """The cancel's reason ("" when it gave none) if the request or its job is cancelled
+        by a command of the same tenant, else None."""
         now = self._clock()
-        keys = [("request", request_id)] + ([("job", job_id)] if job_id is not None else [])
+        keys = [("request", scoped_id(tenant, request_id))] + (
+            [("job", scoped_id(tenant, job_id))] if job_id is not None else [])
         for key in keys:
             entry = self._entries.get(key)
             if entry is not None and entry[0] > now:
                 return entry[1]
         return None
 
-    def checker(self, request_id: str, job_id: str | None = None) -> Callable[[], bool]:
+    def checker(self, request_id: str, job_id: str | None = None,
+                tenant: str | None = None) -> Callable[[], bool]:
         """`is_cancelled` bound to one request: what the processor asks before the engine,
         and a streaming sink between chunks."""
-        return functools.partial(self.is_cancelled, request_id, job_id)
+        return functools.partial(self.is_cancelled, request_id, job_id, tenant)
 
     def __len__(self) -> int:
         self._expire()
@@ -218,6 +226,8 @@ class QueueCanceller:
 
     def on_cancel(self, command: ControlCommand) -> None:
         def named(req: InFlightRequest) -> bool:
+            if tenant_of(req.request.tenant) != tenant_of(command.tenant):
+                return False
             if command.request_id is not None:
                 return req.request.request_id == command.request_id
             return req.job_id == command.job_id
@@ -227,7 +237,7 @@ class QueueCanceller:
 
     def cancel_if_named(self, req: InFlightRequest) -> bool:
         """Answer `req` cancelled, with no engine call, if a remembered cancel names it."""
-        reason = self._registry.reason(req.request.request_id, req.job_id)
+        reason = self._registry.reason(req.request.request_id, req.job_id, req.request.tenant)
         if reason is None:
             return False
         self.cancelled += 1

@@ -402,7 +402,8 @@ class SynthesisWorker(WorkerLifecycle):
     async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
         def process() -> list[Outcome]:  # in a batch thread, holding its lane's slot if any
             return self._processor.process_batch(
-                [r.received(self.cancels.checker(r.request_id, r.job_id)) for r in reqs])
+                [r.received(self.cancels.checker(r.request_id, r.job_id, r.request.tenant))
+                 for r in reqs])
 
         self._running_batches += 1
         self.metrics.set_inflight(self._running_batches)

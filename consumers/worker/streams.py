@@ -11,7 +11,7 @@ the attempt's final record (status, error code), acknowledged -> only then Check
 result exists and before the offset can be committed. A streamed request answered without
 running (rejected when decoded) gets its final record on a fresh attempt, so no reader hangs.
 
-Cancellation: `checker(request_id, job_id)` makes the request's lookup (the worker passes
+Cancellation: `checker(request_id, job_id, tenant)` makes the request's lookup (the worker passes
 its CancelRegistry's), asked between chunks (pipeline.streaming stops at the next one).
 """
 
@@ -35,20 +35,23 @@ from topics.chunks import reply_partition
 from topics.errors import ErrorCode, VoiceFactoryError
 from topics.events import DeadLetter, SynthesisRequest, SynthesisResult
 from topics.specs import TopicNames
+from topics.tenancy import scoped_id
 
 log = logging.getLogger(__name__)
 
 
 def queue_key(request: SynthesisRequest) -> str:
-    """The worker queue's lane: the voice, so its requests batch together; a streamed
+    """The worker queue's lane: the tenant's voice, so its requests batch together (two
+    tenants' voices of one ID never share a batch: a batch has one profile); a streamed
     request is a lane of its own, so it is never batched and goes as soon as a dispatcher
     is free."""
+    voice = scoped_id(request.tenant, request.voice_id)
     if request.stream:
-        return f"{request.voice_id}\x00stream\x00{request.request_id}"
-    return request.voice_id
+        return f"{voice}\x00stream\x00{request.request_id}"
+    return voice
 
 
-def _never(request_id: str, job_id: str | None) -> Callable[[], bool]:
+def _never(request_id: str, job_id: str | None, tenant: str | None) -> Callable[[], bool]:
     return lambda: False
 
 
@@ -65,7 +68,8 @@ class StreamRunner:
     def __init__(self, *, chunks: ChunkPublisher, processor: RequestProcessor,
                  checkpoint: Checkpoint, metrics: WorkerMetrics, names: TopicNames,
                  threads: BatchThreads,
-                 checker: Callable[[str, str | None], Callable[[], bool]] = _never) -> None:
+                 checker: Callable[[str, str | None, str | None],
+                                   Callable[[], bool]] = _never) -> None:
         self._chunks = chunks
         # The batch path's pool, not asyncio's default executor (why: gate.BatchThreads);
         # a stream takes a dispatcher as a batch does, so the pool's one thread per
@@ -83,7 +87,7 @@ class StreamRunner:
             request_id=req.request.request_id, attempt=req.attempt,
             reply_partition=reply_partition(req.record.headers), lane=req.lane,
             consumed_at=req.consumed_at)
-        cancelled = self._checker(req.request_id, req.job_id)
+        cancelled = self._checker(req.request_id, req.job_id, req.request.tenant)
         request, received = req.received(cancelled)
         sink = stream.sink(asyncio.get_running_loop(), cancelled)
         try:

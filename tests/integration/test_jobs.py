@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import http.client
 import itertools
-import os
 import signal
 import socket
 import subprocess
@@ -511,9 +510,7 @@ _ANIMALS = ("fox", "owl", "cat", "crow", "wolf")
 
 @pytest.mark.parametrize(("n", "bad"), [
     (10, (6,)),
-    # The figure: 50 lines, 2 bad (about 30 s more here); VF_TEST_SLOW=1 runs it.
-    pytest.param(50, (7, 31), marks=pytest.mark.skipif(
-        not os.environ.get("VF_TEST_SLOW"), reason="slow: set VF_TEST_SLOW=1")),
+    (50, (7, 31)),  # the figure: 50 lines, 2 bad (about 30 s more than 10 here)
 ])
 async def test_a_revision_re_synthesizes_only_the_fixed_lines_and_emits_version_2(
         settings: Settings, voices: list[str], aggregator: Aggregator, n: int,

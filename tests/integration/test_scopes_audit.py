@@ -81,7 +81,7 @@ def refused_for(answer: httpx.Response) -> str | None:
 
 
 async def test_scopes_revocation_and_the_audit_trail(
-        gw_settings: Settings, voice: str, tmp_path: Path,
+        gw_settings: Settings, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     code, speaker, err = await cli(gw_settings, "add", "acme", "--scopes", "speech",
                                    capsys=capsys)
@@ -104,18 +104,18 @@ async def test_scopes_revocation_and_the_audit_trail(
         assert refused_for(await upload(say)) == "voices:write"
         assert refused_for(await http.get("/v1/fleet", headers=write)) == "admin"
         assert refused_for(await http.post("/v1/jobs", headers=say, json={
-            "job_id": "ep1", "voice": voice, "lines": [{"text": "Hi."}]})) == "jobs"
+            "job_id": "ep1", "voice": "acme-narrator", "lines": [{"text": "Hi."}]})) == "jobs"
         # The right scope: each action audited.
         created = await upload({**write, "X-Request-Id": "up-1"})
         assert created.status_code == 201, created.text
         assert (await http.get("/v1/voices/acme-narrator", headers=say)).status_code == 200
+        job = await http.post("/v1/jobs", headers=write, json={  # the tenant's own voice
+            "job_id": "ep1", "voice": "acme-narrator", "lines": [{"text": "Hello there."}]})
+        assert job.status_code == 202, job.text
         assert refused_for(await http.delete("/v1/voices/acme-narrator", headers=say)) \
             == "voices:write"
         assert (await http.delete("/v1/voices/acme-narrator", headers=write)).status_code \
             == 200
-        job = await http.post("/v1/jobs", headers=write, json={
-            "job_id": "ep1", "voice": voice, "lines": [{"text": "Hello there."}]})
-        assert job.status_code == 202, job.text
         # The ops listener, and nothing of it on the API port.
         assert (await http.get("/metrics")).status_code == 404
         metrics = (await http.get(gw.ops_url + "/metrics")).text
@@ -139,8 +139,8 @@ async def test_scopes_revocation_and_the_audit_trail(
     events = sorted((decode_audit(v) for v in raw), key=lambda e: e.time)
     assert [(e.action, e.object) for e in events] == [
         ("key.add", key_id(speaker)), ("key.add", key_id(writer)),
-        ("voice.create", "acme-narrator"), ("voice.delete", "acme-narrator"),
-        ("job.submit", "ep1"), ("key.revoke", key_id(speaker))]
+        ("voice.create", "acme-narrator"), ("job.submit", "ep1"),
+        ("voice.delete", "acme-narrator"), ("key.revoke", key_id(speaker))]
     assert {e.tenant for e in events} == {"acme"}
     by_gateway: list[AuditEvent] = [e for e in events if not e.action.startswith("key.")]
     assert {e.key_id for e in by_gateway} == {key_id(writer)}

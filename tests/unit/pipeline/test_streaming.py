@@ -199,9 +199,10 @@ def test_one_device_slot_from_the_profile_lookup_to_the_last_chunk() -> None:
     slot = CountingSlot()
 
     class Profiles(FixedProfiles):
-        def resolve(self, voice_id: str, reference: str | None = None) -> Profile:
+        def resolve(self, voice_id: str, reference: str | None = None, *,
+                    tenant: str | None = None) -> Profile:
             slot.seen.append(("profile", slot.held))
-            return super().resolve(voice_id, reference)
+            return super().resolve(voice_id, reference, tenant=tenant)
 
     class Store(GettingStore):
         def put(self, key: str, data: bytes, content_type: str,

@@ -78,7 +78,8 @@ class FixedProfiles(ProfileResolver):
     def __init__(self, known: set[str]) -> None:
         self._known = known
 
-    def resolve(self, voice_id: str, reference: str | None = None) -> Profile:
+    def resolve(self, voice_id: str, reference: str | None = None, *,
+                tenant: str | None = None) -> Profile:
         if voice_id not in self._known:
             raise InvalidRequest(ErrorCode.VOICE_NOT_FOUND, f"voice {voice_id!r} is not registered")
         return Profile(voice_id, "0", "counting")

@@ -203,3 +203,49 @@ def test_voice_json_is_trusted_for_its_ttl_only(encoder: SpeakerEncoder) -> None
     now[0] = 11.0
     resolver.resolve("alice")
     assert store.gets.count(json_key) == reads + 1
+
+
+def test_a_tenant_sees_and_uses_only_its_own_voices(encoder: SpeakerEncoder) -> None:
+    """Two tenants register one voice ID: separate objects, lists, profiles and removal;
+    another tenant's voice is `voice_not_found` with the words of an unknown one."""
+    store, _engine, _lookups, resolver = setup(encoder)  # `alice` of the default tenant
+    acme = register_voice(store, voice_id="alice", reference=espeak_wav(pitch=70),  # type: ignore[arg-type]
+                          prompt_text=None, language="en", tenant="acme")
+    assert acme.tenant == "acme"
+    assert acme.reference.endswith("/tenants/acme/voices/alice/reference.wav")
+    assert [v.voice_id for v in list_voices(store, tenant="acme")] == ["alice"]  # type: ignore[arg-type]
+    assert list_voices(store, tenant="rival") == []  # type: ignore[arg-type]
+    assert [v.tenant for v in list_voices(store)] == [None]  # type: ignore[arg-type]
+    default_profile = resolver.resolve("alice")
+    acme_profile = resolver.resolve("alice", tenant="acme")
+    assert acme_profile.sha256 == acme.sha256 != default_profile.sha256
+    assert store.list_prefix("tenants/acme/voices/alice/profile-")  # persisted in its tenant
+    with pytest.raises(InvalidRequest) as other:
+        resolver.resolve("alice", tenant="rival")
+    with pytest.raises(InvalidRequest) as unknown:
+        resolver.resolve("nobody", tenant="rival")
+    assert other.value.code is unknown.value.code is ErrorCode.VOICE_NOT_FOUND
+    assert other.value.message == unknown.value.message.replace("nobody", "alice")
+    with pytest.raises(InvalidRequest) as gone:
+        remove_voice(store, "alice", tenant="rival")  # type: ignore[arg-type]
+    assert gone.value.code is ErrorCode.VOICE_NOT_FOUND
+    assert remove_voice(store, "alice", tenant="acme") >= 3  # type: ignore[arg-type]
+    assert store.list_prefix("tenants/") == []
+    assert store.stat(keys.voice_json_key("alice")) is not None  # the default's stays
+    resolver.forget("alice", tenant="acme")
+    with pytest.raises(InvalidRequest, match="not registered"):
+        resolver.resolve("alice", tenant="acme")
+    assert resolver.resolve("alice") is default_profile
+
+
+def test_an_ad_hoc_reference_must_be_the_tenants_own(encoder: SpeakerEncoder) -> None:
+    store, engine = MemoryStore(), SlowProfilingEngine()
+    clip = espeak_wav(pitch=40)
+    store.put("tenants/acme/uploads/a.wav", clip, "audio/wav")
+    store.put("uploads/b.wav", clip, "audio/wav")
+    resolver = ProfileResolver(store=store, engine=engine, encoder=encoder)  # type: ignore[arg-type]
+    assert resolver.resolve("x", "s3://voicefactory/tenants/acme/uploads/a.wav", tenant="acme")
+    for tenant, url in ((None, "tenants/acme/uploads/a.wav"), ("rival", "uploads/b.wav"),
+                        ("rival", "tenants/acme/uploads/a.wav")):
+        with pytest.raises(InvalidRequest, match="does not exist"):
+            resolver.resolve("x", f"s3://voicefactory/{url}", tenant=tenant)

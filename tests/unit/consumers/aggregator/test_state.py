@@ -261,3 +261,22 @@ def test_versions_open_after_the_last_is_emitted_and_older_or_early_answers_are_
     bare, outcome = merge_result(marker, _v(0, 2), 9.0)
     assert outcome == "merged" and bare is not None and bare.version == 2 and \
         not bare.complete
+
+
+def test_two_tenants_jobs_of_one_id_are_two_jobs_and_keep_their_tenant() -> None:
+    """Job IDs are unique within a tenant: the table key scopes them, and the state, the
+    emitted marker and the event keep the owner."""
+    from consumers.aggregator.state import job_id_of, table_key
+
+    acme = [msgspec.structs.replace(result(i, total=2), tenant="acme") for i in range(2)]
+    plain = result(0, total=2)
+    assert table_key(acme[0]) == b"acme/ep1" and table_key(plain) == b"ep1"
+    assert job_id_of(table_key(acme[0])) == job_id_of(table_key(plain)) == "ep1"
+    state = fold(acme)
+    assert state is not None and state.complete and state.tenant == "acme"
+    assert build_job(state, manifest=None, gap_ms=0, completed_at="t").tenant == "acme"
+    assert emitted_marker(state, "succeeded", 1.0).tenant == "acme"
+    reopened = open_version("ep1", 2, None, 1.0, "acme")
+    assert reopened is None  # no manifest: the merge opens it, with the result's tenant
+    default = fold([plain])
+    assert default is not None and default.tenant is None

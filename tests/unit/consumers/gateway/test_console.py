@@ -53,7 +53,8 @@ def http(gateway: Gateway) -> Iterator[TestClient]:
 
 @pytest.fixture
 def auth(gateway: Gateway) -> dict[str, str]:
-    key = add_key(gateway.keys.path, "acme", rate=100, streams=2, scopes=SCOPES)
+    # The default tenant: the objects these tests seed are in the layout it owns (keys.py).
+    key = add_key(gateway.keys.path, "default", rate=100, streams=2, scopes=SCOPES)
     gateway.keys.refresh(force=True)
     return {"Authorization": f"Bearer {key}"}
 
@@ -189,6 +190,38 @@ def test_a_clip_in_another_bucket_is_not_served(
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "clip_not_found"
     archive = http.get("/v1/jobs/ep1/clips.zip", headers=auth).content
     assert zipfile.ZipFile(io.BytesIO(archive)).namelist() == []
+
+
+def test_another_tenants_voice_and_job_answer_the_404_of_an_unknown_one(
+        http: TestClient, auth: dict[str, str], store: MemoryStore, gateway: Gateway) -> None:
+    """The default tenant's voice and closed job, read with rival's key: every route answers
+    what an unknown ID gets, byte for byte, and the default's own key still reads them."""
+    register_voice(cast(ObjectStore, store), voice_id="narrator-1", reference=espeak_wav(),
+                   prompt_text=None, language="en")
+    _closed_job(store, store.bucket)
+    rival = {"Authorization": "Bearer " + add_key(gateway.keys.path, "rival", rate=100,
+                                                  streams=2)}
+    gateway.keys.refresh(force=True)
+    for path in ("/v1/voices/{v}", "/v1/voices/{v}/reference", "/v1/jobs/{j}",
+                 "/v1/jobs/{j}/subtitles", "/v1/jobs/{j}/clips/0", "/v1/jobs/{j}/clips.zip",
+                 "/v1/jobs/{j}/timeline"):
+        theirs = http.get(path.format(v="narrator-1", j="ep1"), headers=rival)
+        unknown = http.get(path.format(v="narrator-1", j="ep1"), headers=rival)
+        ghost = http.get(path.format(v="ghost", j="ghost"), headers=rival)
+        assert theirs.status_code == 404, path
+        assert theirs.content == unknown.content
+        assert theirs.json()["error"]["code"] == ghost.json()["error"]["code"], path
+        assert http.get(path.format(v="narrator-1", j="ep1"), headers=auth).status_code == 200
+    assert http.get("/v1/voices", headers=rival).json()["data"] == []
+    # The owner's job answer: links freshly presigned for the gateway's short lifetime.
+    clip = http.get("/v1/jobs/ep1", headers=auth).json()["clips"][0]
+    assert clip["audio"]["url"] == (f"memory://voicefactory/{clip['audio']['key']}"
+                                    f"?expires={gateway.settings.gateway.presign_seconds}")
+    assert gateway.settings.gateway.presign_seconds == 900
+    gone = http.delete("/v1/voices/narrator-1", headers=rival)
+    assert gone.status_code == 404 and gone.content == http.delete(
+        "/v1/voices/narrator-1", headers=rival).content
+    assert store.stat(keys.voice_json_key("narrator-1")) is not None  # nothing deleted
 
 
 # -- the fleet summary -----------------------------------------------------------------------

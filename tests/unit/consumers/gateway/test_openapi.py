@@ -69,7 +69,8 @@ def gateway(tmp_path: Path, store: MemoryStore) -> Gateway:
 
 @pytest.fixture
 def auth(gateway: Gateway, tmp_path: Path) -> dict[str, str]:
-    key = add_key(tmp_path / "keys", "acme", rate=1000, streams=2, scopes=SCOPES)
+    # The default tenant: the objects these tests seed are in the layout it owns (keys.py).
+    key = add_key(tmp_path / "keys", "default", rate=1000, streams=2, scopes=SCOPES)
     gateway.keys.refresh(force=True)
     return {"Authorization": f"Bearer {key}"}
 

@@ -35,8 +35,9 @@ NOW = [0.0]
 def store() -> MemoryStore:
     store = MemoryStore()
     voice = VoiceRegistration(voice_id="narrator", reference="s3://voicefactory/r.wav",
-                              sha256="0" * 64, created_at="2031-01-01T00:00:00Z")
-    store.objects[object_keys.voice_json_key("narrator")] = encode(voice)
+                              sha256="0" * 64, created_at="2031-01-01T00:00:00Z",
+                              tenant="acme")
+    store.objects[object_keys.voice_json_key("narrator", tenant="acme")] = encode(voice)
     return store
 
 
@@ -175,9 +176,9 @@ def test_an_unwritable_audit_refuses_the_action(http: TestClient, gateway: Gatew
     answer = http.delete("/v1/voices/narrator", headers=auth)
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
     assert answer.json()["error"]["code"] == "audit_unavailable"
-    assert store.get(object_keys.voice_json_key("narrator")) is not None  # not deleted
+    assert store.get(object_keys.voice_json_key("narrator", tenant="acme")) is not None
     assert http.post("/v1/jobs", json=SCRIPT, headers=auth).status_code == 503
-    assert store.get(object_keys.job_script_key("ep1")) is not None  # stored, nothing produced
+    assert store.get(object_keys.job_script_key("ep1", tenant="acme")) is not None  # stored
 
 
 def test_a_delete_of_an_unknown_voice_is_not_audited(http: TestClient, gateway: Gateway,

@@ -189,3 +189,33 @@ def test_a_huge_reason_is_cut_before_it_is_echoed_in_cancelled_results() -> None
     assert canceller.cancel_if_named(_req(1, job="film")) is True
     ((_, res),) = answered
     assert res.error is not None and len(res.error.message) < MAX_REASON_CHARS + 50
+
+
+def test_a_cancel_acts_only_within_its_tenant() -> None:
+    """IDs are unique within a tenant: rival's cancel of `r-1` is not acme's `r-1`."""
+    reg = CancelRegistry()
+    reg.add(cancel(request_id="r-1", tenant="rival"))
+    reg.add(cancel(job_id="video-7", tenant="rival"))
+    assert reg.is_cancelled("r-1", tenant="rival")
+    assert not reg.is_cancelled("r-1", tenant="acme")
+    assert not reg.is_cancelled("r-1")  # the default tenant's
+    assert not reg.checker("x-0001", "video-7", "acme")()
+    assert reg.checker("x-0001", "video-7", "rival")()
+    reg.add(cancel(request_id="r-1", tenant="default"))  # `default` is the field's absence
+    assert reg.is_cancelled("r-1") and not reg.is_cancelled("r-1", tenant="acme")
+
+
+def test_a_job_cancel_of_one_tenant_leaves_another_tenants_job_of_that_id_queued() -> None:
+    reg, batcher, answered, canceller = _canceller()
+    for i in range(3):
+        acme = _req(i, job="film")
+        acme.request = msgspec.structs.replace(acme.request, tenant="acme")
+        batcher.put("v1", acme)
+        batcher.put("v1", _req(10 + i, job="film"))  # the default tenant's `film`
+    command = cancel(job_id="film", tenant="acme")
+    reg.add(command)
+    canceller.on_cancel(command)
+    assert sorted(r.request_id for r, _ in answered) == [f"film-{i:04d}" for i in range(3)]
+    assert {res.tenant for _, res in answered} == {"acme"}
+    assert batcher.qsize() == 3
+    assert canceller.cancel_if_named(_req(11, job="film")) is False

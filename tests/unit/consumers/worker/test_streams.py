@@ -83,7 +83,7 @@ async def test_a_run_sends_the_attempts_chunks_and_the_answer_ends_it(
 async def test_the_cancellation_lookup_stops_a_stream_at_its_next_chunk(
         threads: BatchThreads) -> None:
     producer, metrics = FakeProducer(), WorkerMetrics()
-    run = runner(producer, metrics, threads, checker=lambda request_id, job_id: (
+    run = runner(producer, metrics, threads, checker=lambda request_id, job_id, tenant: (
         lambda: request_id == "r0" and len(producer.sent) >= 2))
     outcome = await run.run(streamed())
     assert isinstance(outcome, SynthesisResult) and outcome.status == "cancelled"
