@@ -44,7 +44,7 @@ def gw_settings(settings: Settings, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def api_key(gw_settings: Settings) -> str:
-    return add_key(gw_settings.gateway.keys_path(), "acme", rate=1000, streams=50)
+    return add_key(gw_settings.gateway.keys_path(), "default", rate=1000, streams=50)
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ async def test_whole_file_and_streams_through_the_sdk(gateway: RunningGateway, a
         assert abs(len(pcm) / 2 / 24_000 - 0.4) < 0.01  # attempt b continued, not doubled
         request, partition = fake.seen[0]
         assert request.stream and partition in gateway.gateway.router.partitions
-        assert request.metadata is not None and request.metadata["tenant"] == "acme"
+        assert request.metadata is not None and request.metadata["tenant"] == "default"
 
 
 async def test_sse_events_and_a_failed_request(gateway: RunningGateway, api_key: str,
@@ -222,7 +222,7 @@ async def test_a_lagging_lane_gets_503_with_retry_after(settings: Settings, tmp_
                        gateway=GatewaySettings(keys_file=str(tmp_path / "keys"),
                                                group_id=f"vf-gateway-{prefix}",
                                                lag_threshold=2, lag_interval_s=0.2))
-    key = add_key(lagging.gateway.keys_path(), "acme", rate=100, streams=5)
+    key = add_key(lagging.gateway.keys_path(), "default", rate=100, streams=5)
     producer = make_producer(settings.kafka)
     await producer.start()
     try:  # three requests nobody consumes: vf-synth's lag is 3
