@@ -12,10 +12,14 @@ and returns at once when it is there. Otherwise:
     k8s schemas  the kubernetes-validate wheel ships JSON Schemas per Kubernetes version
     npm package  npm ci of deploy/tools/examplecheck (its package-lock.json pins ajv,
                  ajv-formats and yaml from the npm registry) -> NAME-HASH/node_modules
+    kcat         built from Debian's kcat source and the librdkafka (>= 2.6.1, for SCRAM on
+                 Kafka 4) that the crates.io crate rdkafka-sys vendors (deploy/tools/kcat.py)
+                 -> kcat-VERSION-librdkafka-VERSION/kcat, for the cluster suite
 
 The marker is written last, so an interrupted install is redone on the next run. Nothing is
 downloaded at check time: `deploy.checks` only reads what this module put in the cache.
-Run it as `python -m deploy.tools.install` (`make check-deploy` does).
+Run it as `python -m deploy.tools.install` (`make check-deploy` does); `python -m
+deploy.tools.install kcat` builds only kcat (`make test-cluster` does).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import TextIO
 
 from deploy.local.install import cache_root
-from deploy.tools import crdschema, k8sschema
+from deploy.tools import crdschema, k8sschema, kcat
 
 # The Kubernetes minors the manifests must be valid for: the oldest we support (native
 # sidecar-free, PodDisruptionBudget policy/v1, ...) and a current one.
@@ -323,6 +327,34 @@ def ensure_crd_schemas(out: TextIO) -> Path:
     return home
 
 
+def kcat_home() -> Path:
+    return tools_root() / kcat.KCAT.name
+
+
+def installed_kcat() -> Path | None:
+    """The cached kcat when a complete build is there (tests look here, not on PATH)."""
+    binary = kcat_home() / "kcat"
+    return binary if _complete(kcat_home()) and binary.exists() else None
+
+
+def ensure_kcat(out: TextIO) -> Path:
+    found = installed_kcat()
+    if found is not None:
+        return found
+    home = kcat_home()
+    staging = _fresh(home.with_name(home.name + ".tmp"))
+
+    def run(cmd: list[str], cwd: Path, env: dict[str, str] | None) -> None:
+        _run(cmd, out, env=env, cwd=cwd)
+
+    try:
+        kcat.build(kcat.KCAT, staging, run, out)
+    except kcat.BuildError as exc:
+        raise InstallError(str(exc)) from None
+    _publish(staging, home, home.name)
+    return home / "kcat"
+
+
 def ensure_all(out: TextIO = sys.stdout) -> None:
     started = time.monotonic()
     for tool in GO_TOOLS:
@@ -333,6 +365,7 @@ def ensure_all(out: TextIO = sys.stdout) -> None:
     ensure_node_package(EXAMPLECHECK, out)
     ensure_kubernetes_schemas(out)
     ensure_crd_schemas(out)
+    ensure_kcat(out)
     _say(out, f"deploy tools ready in {tools_root()} ({time.monotonic() - started:.0f} s)")
 
 
@@ -406,9 +439,17 @@ def _run(cmd: list[str], out: TextIO, *, env: dict[str, str] | None = None,
     _say(out, f"  done in {time.monotonic() - started:.0f} s")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    only = sys.argv[1:] if argv is None else argv
+    if only not in ([], ["kcat"]):
+        print(f"usage: python -m deploy.tools.install [kcat] (got {' '.join(only)})",
+              file=sys.stderr)
+        return 2
     try:
-        ensure_all()
+        if only:
+            ensure_kcat(sys.stdout)
+        else:
+            ensure_all()
     except InstallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
