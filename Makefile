@@ -4,7 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):/usr/local/go/bin:$(PATH)
-DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg nginx chromium
+# libssl-dev zlib1g-dev pkg-config: deploy/tools/install.py builds kcat with librdkafka 2.12.1
+DEBIAN_PACKAGES := espeak-ng sox libsndfile1 kcat maven ffmpeg nginx chromium libssl-dev zlib1g-dev pkg-config
 STAMP := $(VENV)/.installed
 
 .PHONY: help setup demo test unit integration test-cluster lint check-deploy bench down clean
@@ -45,7 +46,8 @@ unit: setup  ## unit tests only (no servers)
 integration: setup  ## integration tests only (real Kafka + S3)
 	$(BIN)/pytest -q -m integration tests/integration
 
-test-cluster: setup  ## the three-node SASL_SSL cluster suite: security refusals, leader kill -9 under load (starts and stops `dev up --cluster` unless it runs)
+test-cluster: setup  ## the three-node SASL_SSL cluster suite: security refusals, leader kill -9 under load through the gateway and kcat (starts and stops `dev up --cluster` unless it runs)
+	$(BIN)/python -m deploy.tools.install kcat
 	$(BIN)/pytest -q -m cluster tests/integration/cluster
 
 bench: setup  ## quick benchmarks on the local stack (about 10 min): .vf/bench/quick.json + report.md

@@ -12,6 +12,13 @@ idempotent (consumers/kafka.py make_producer) but use no transactional id: since
 IDEMPOTENT_WRITE. Groups are READ (join, commit); `describe_groups` is DESCRIBE only (read
 another group's committed offsets: the gateway's lag check on vf-synth). The admin role is a
 super user on the cluster and needs no ACL.
+
+Every name here takes VF_TOPIC_PREFIX, the groups included: they are the defaults of
+VF_GROUP_ID (vf-synth), VF_GATEWAY_GROUP_ID (vf-gateway) and the aggregator's faust app id
+(vf-aggregator), which consumers/settings.py (`with_prefixed_groups`) and
+consumers/aggregator/app.py (`app_id`) prefix the same way; tests/unit/topics/test_acls.py
+derives both sides from one Settings so they cannot drift. A VF_GROUP_ID or
+VF_GATEWAY_GROUP_ID that is set explicitly is used as given and needs its own ACL.
 """
 
 from __future__ import annotations
@@ -37,10 +44,8 @@ class Role:
     name: str
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()  # READ; each name takes VF_TOPIC_PREFIX, as the groups do
     describe_groups: tuple[str, ...] = ()
-    # groups named after VF_TOPIC_PREFIX (faust's app id is the prefix + "vf-aggregator")
-    prefixed_groups: tuple[str, ...] = ()
     # topics whose names start with one of these: create, read, write and configure them
     # (faust's changelog and repartition topics, named after its app id)
     owned_topic_prefixes: tuple[str, ...] = ()
@@ -57,6 +62,12 @@ class Grant:
     operation: str  # Read, Write, Describe, Create, Alter, DescribeConfigs, AlterConfigs
 
 
+# The groups' unprefixed names: the defaults of VF_GROUP_ID and VF_GATEWAY_GROUP_ID
+# (consumers/settings.py) and the aggregator's APP_ID (consumers/aggregator/app.py).
+SYNTH_GROUP = "vf-synth"
+GATEWAY_GROUP = "vf-gateway"
+AGGREGATOR_GROUP = "vf-aggregator"
+
 WORKER = Role(
     "worker",
     # requests of both lanes, cancels, and the fleet view its overflow router reads
@@ -64,7 +75,7 @@ WORKER = Role(
     # results, dead letters, streamed chunks, its status, and overflow forwarded to a peer
     write=(RESULTS.name, DLQ.name, AUDIO.name, FLEET.name, REQUESTS.name,
            REQUESTS_INTERACTIVE.name),
-    groups=("vf-synth",),
+    groups=(SYNTH_GROUP,),
 )
 GATEWAY = Role(
     "gateway",
@@ -72,15 +83,15 @@ GATEWAY = Role(
     read=(AUDIO.name, RESULTS.name, JOBS.name, FLEET.name),
     # requests of both lanes, cancels, voice events, and the audit of what its keys did
     write=(REQUESTS.name, REQUESTS_INTERACTIVE.name, CONTROL.name, VOICES.name, AUDIT.name),
-    groups=("vf-gateway",),
-    describe_groups=("vf-synth",),
+    groups=(GATEWAY_GROUP,),
+    describe_groups=(SYNTH_GROUP,),
 )
 AGGREGATOR = Role(
     "aggregator",
     read=(RESULTS.name,),
     write=(JOBS.name,),
-    prefixed_groups=("vf-aggregator",),
-    owned_topic_prefixes=("vf-aggregator-",),
+    groups=(AGGREGATOR_GROUP,),
+    owned_topic_prefixes=(AGGREGATOR_GROUP + "-",),
 )
 ADMIN = Role("admin")  # super user: topics create|describe|grow, the CLI's clients
 
@@ -90,7 +101,7 @@ SUPER_USER = ADMIN.name
 # In Kubernetes no process is a super user: KEDA reads vf-synth's lag, the topics Job
 # creates and checks the contract's topics (`topics create`), nothing more.
 KEDA = Role("keda", describe=(REQUESTS.name, REQUESTS_INTERACTIVE.name),
-            describe_groups=("vf-synth",))
+            describe_groups=(SYNTH_GROUP,))
 TOPICS_JOB = Role("topics", configure_topic_prefixes=("tts.",))
 KUBERNETES_ROLES: tuple[Role, ...] = (WORKER, GATEWAY, AGGREGATOR, KEDA, TOPICS_JOB)
 
@@ -99,15 +110,14 @@ _CONFIGURE_OPERATIONS = ("Create", "Alter", "Describe", "DescribeConfigs", "Alte
 
 
 def grants(role: Role, prefix: str = "") -> list[Grant]:
-    """The ACLs `role` needs with topic names (and the aggregator's group) under `prefix`
-    (VF_TOPIC_PREFIX); vf-synth and vf-gateway are VF_GROUP_ID / VF_GATEWAY_GROUP_ID's
-    defaults and take no prefix."""
+    """The ACLs `role` needs with topic and group names under `prefix` (VF_TOPIC_PREFIX):
+    the groups are named as a process started with that prefix and no VF_GROUP_ID /
+    VF_GATEWAY_GROUP_ID names them (Settings.with_prefixed_groups, the aggregator's app_id)."""
     out: list[Grant] = []
     out += [Grant("topic", prefix + t, "literal", "Read") for t in role.read]
     out += [Grant("topic", prefix + t, "literal", "Write") for t in role.write]
-    out += [Grant("group", g, "literal", "Read") for g in role.groups]
-    out += [Grant("group", prefix + g, "literal", "Read") for g in role.prefixed_groups]
-    out += [Grant("group", g, "literal", "Describe") for g in role.describe_groups]
+    out += [Grant("group", prefix + g, "literal", "Read") for g in role.groups]
+    out += [Grant("group", prefix + g, "literal", "Describe") for g in role.describe_groups]
     out += [Grant("topic", prefix + t, "literal", "Describe") for t in role.describe]
     for owned in role.owned_topic_prefixes:
         out += [Grant("topic", prefix + owned, "prefixed", op) for op in _OWNED_OPERATIONS]

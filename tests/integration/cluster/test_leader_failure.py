@@ -5,6 +5,9 @@ every acknowledged request is answered, none is lost, duplicates are absorbed by
     gateway-role producer (acks=all, idempotent) --~20 requests/s--> tts.requests (rf 3,
         min.insync.replicas 2) --> a worker subprocess (worker role, bench engine)
         --> tts.results, read back with the gateway's credentials
+    and a librdkafka producer, kcat as the gateway (acks=all, idempotent, murmur2_random)
+        --~10 requests/s--> tts.requests --> the same worker --> tts.results, read as they
+        come by a kcat consumer (gateway role) running through the kill and the restart
     and at the same time, through HTTP:
     3 callers --POST /v1/audio/speech (wav whole, pcm streamed)--> `voicefactory gateway`
         (a subprocess, gateway role) --> tts.requests.interactive --> the same worker
@@ -42,16 +45,24 @@ from pipeline.engines.base import SynthesisItem
 from pipeline.engines.bench import SAMPLE_RATE, BenchEngine
 from pipeline.voices import register_voice
 from tests.integration.cluster.conftest import RoleSettings, assert_no_secret
+from tests.integration.cluster.kcat import KcatConsumer, KcatProducer, write_config
 from tests.integration.gateway_harness import cli_gateway
 from tests.integration.workers import start_worker
 from topics.admin import admin_client
-from topics.events import SynthesisRequest, SynthesisResult, decode_result, encode
+from topics.events import (
+    SynthesisRequest,
+    SynthesisResult,
+    decode_json,
+    decode_result,
+    encode,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 # Restart well after the controller fences the dead broker (broker.session.timeout.ms, 9 s),
 # so the stall measured is the failover alone, not shortened by the node coming back.
 RATE_PER_S, PRODUCE_S, KILL_AT_S, RESTART_AT_S = 20, 32.0, 6.0, 22.0
+KCAT_EVERY = 2  # every second tick also sends one request through kcat: ~10/s
 # HTTP callers, each one request at a time with a pause between; the gateway gives up on an
 # answer after GATEWAY_TIMEOUT_S (504), its producer on a send after aiokafka's 40 s request
 # timeout (503): a caller waiting longer than both together has met a hang.
@@ -79,24 +90,49 @@ async def test_busiest_leader_killed_under_load_loses_no_acknowledged_request(
     worker = start_worker(worker_settings, f"leader-kill-{tag}", log, VF_METRICS_PORT="-1",
                           VF_BENCH_BASE_MS="20", VF_BENCH_PER_ITEM_MS="5")
     victim: cluster.Node | None = None
+    kcat_config = write_config(tmp_path / "kcat.conf", role.env("gateway"))
+    producer: KcatProducer | None = None
+    reader: KcatConsumer | None = None
     try:
         async with cli_gateway(gateway_settings, log=gateway_log, ready_s=120) as (_, url):
             await _wait_log(log, "assigned partitions", 120)
             victim = await _busiest_leader(role("admin").kafka, "tts.requests")
             gateway = role("gateway").kafka
             started = time.monotonic()
+            reader = KcatConsumer(kcat_config, gateway.bootstrap, "tts.results",
+                                  int(time.time() * 1000) - 2000, started)
+            producer = KcatProducer(kcat_config, gateway.bootstrap, "tts.requests", started)
             (acked, failed, ack_times, killed_at), calls = await asyncio.gather(
-                _load_with_a_leader_kill(gateway, voices, tag, victim, started),
+                _load_with_a_leader_kill(gateway, voices, tag, victim, started, producer),
                 _speak_during(url, key, voices, started))
             calls += await _speak(url, key, voices, "after", AFTER_CALLS, started)
-            answers = await _wait_answers(gateway, set(acked), 240)
+            kcat_code = await asyncio.to_thread(producer.close, 360)
+            kcat_delivered = producer.delivered
+            kcat_acked = await _records_at(role("admin").kafka, "tts.requests",
+                                           [(p, o) for _, p, o in kcat_delivered])
+            answers = await _wait_answers(gateway, set(acked) | set(kcat_acked), 240)
+            kcat_read = await _kcat_results(reader, set(kcat_acked), 60)
     finally:
+        kcat_log = reader.stop() if reader is not None else ""
+        if producer is not None and producer.proc.poll() is None:
+            producer.proc.kill()
         worker.terminate()
         worker.wait(60)
         if victim is not None and victim.pid() is None:
             await asyncio.to_thread(cluster.start_node, victim)
     counts = Counter(r.request_id for r in answers)
     assert set(acked) <= set(counts), f"{len(set(acked) - set(counts))} acknowledged lost"
+    # librdkafka: kcat waited for every delivery report; all were acknowledged, and each
+    # acknowledged record is answered, as seen by aiokafka and by kcat's own consumer
+    assert producer is not None
+    assert kcat_code == 0, producer.log[-4000:]
+    assert len(kcat_delivered) == producer.sent, producer.log[-4000:]
+    assert len(kcat_acked) == len(kcat_delivered) and all(
+        i.startswith(f"kc-{tag}-") for i in kcat_acked)
+    assert set(kcat_acked) <= set(counts), \
+        f"{len(set(kcat_acked) - set(counts))} acknowledged kcat requests lost"
+    assert set(kcat_acked) <= set(kcat_read), \
+        f"kcat's consumer missed {len(set(kcat_acked) - set(kcat_read))} answers"
     assert {r.status for r in answers} == {"succeeded"}
     keys = [k for k in store.list_prefix("audio/") if tag in k]
     assert len(keys) == len(set(counts))  # one object per request: duplicates absorbed
@@ -108,10 +144,12 @@ async def test_busiest_leader_killed_under_load_loses_no_acknowledged_request(
               "killed": victim.name if victim else None, "killed_at_s": killed_at,
               "longest_produce_ack_gap_s": round(produce_stall, 2),
               "longest_answer_gap_s": round(answer_stall, 2),
+              "kcat": _kcat_report(kcat_delivered, kcat_read, producer.sent),
               "http": _http_report(calls)}
     (cluster.cluster_dir() / "leader-failure.json").write_text(json.dumps(report, indent=1))
     print(f"\nleader failure: {json.dumps(report)}", file=sys.stderr)
     assert_no_secret(log.read_text(), where="the worker's log")
+    assert_no_secret(producer.log, kcat_log, where="kcat's output")
     gateway_text = gateway_log.read_text(errors="replace")
     assert_no_secret(gateway_text, where="the gateway's log")
     assert "AuthorizationFailed" not in gateway_text, gateway_text[-4000:]  # ACLs complete
@@ -244,7 +282,7 @@ async def _busiest_leader(admin_kafka: KafkaSettings, topic: str) -> cluster.Nod
 
 
 async def _load_with_a_leader_kill(kafka: KafkaSettings, voices: list[str], tag: str,
-                                   victim: cluster.Node, started: float,
+                                   victim: cluster.Node, started: float, kcat: KcatProducer,
                                    ) -> tuple[list[str], int, list[float], float]:
     producer = make_producer(kafka, linger_ms=5)
     await producer.start()
@@ -283,6 +321,11 @@ async def _load_with_a_leader_kill(kafka: KafkaSettings, voices: list[str], tag:
             task = asyncio.create_task(send(request))
             pending.add(task)
             task.add_done_callback(pending.discard)
+            if i % KCAT_EVERY == 0:  # kcat's acknowledgements: its delivery reports
+                by_kcat = SynthesisRequest(request_id=f"kc-{tag}-{i:05d}",
+                                           voice_id=voices[(i // KCAT_EVERY) % len(voices)],
+                                           text=f"Line {i} from kcat.", language="en")
+                kcat.send(by_kcat.voice_id, encode(by_kcat).decode())
             i += 1
             await asyncio.sleep(1 / RATE_PER_S)
         await asyncio.gather(*pending)
@@ -317,6 +360,63 @@ async def _wait_answers(kafka: KafkaSettings, wanted: set[str], timeout_s: float
     finally:
         await consumer.stop()
     return answers
+
+
+async def _records_at(kafka: KafkaSettings, topic: str, where: list[tuple[int, int]],
+                      ) -> list[str]:
+    """The request ids of the records at these (partition, offset)s: which ones kcat's
+    delivery reports acknowledged."""
+    wanted: dict[int, set[int]] = {}
+    for partition, offset in where:
+        wanted.setdefault(partition, set()).add(offset)
+    consumer = make_consumer(kafka, enable_auto_commit=False)
+    await consumer.start()
+    found: list[str] = []
+    try:
+        for partition, offsets in sorted(wanted.items()):
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, min(offsets))
+            left = set(offsets)
+            deadline = time.monotonic() + 60
+            while left and time.monotonic() < deadline:
+                for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+                    if record.offset in left:
+                        left.discard(record.offset)
+                        found.append(decode_json(record.value or b"", SynthesisRequest).request_id)
+            assert not left, f"{topic}[{partition}] has no records at {sorted(left)[:5]}"
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def _kcat_results(reader: KcatConsumer, wanted: set[str], timeout_s: float,
+                        ) -> dict[str, float]:
+    """request_id -> when kcat's consumer printed its result (s since the load started)."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for at, line in reader.lines:
+            try:
+                result = decode_result(line.encode())
+            except ValueError:  # another test's record, or not a result
+                continue
+            seen.setdefault(result.request_id, at)
+        if wanted <= set(seen):
+            break
+        await asyncio.sleep(0.5)
+    return {k: v for k, v in seen.items() if k in wanted}
+
+
+def _kcat_report(delivered: list[tuple[float, int, int]], read: dict[str, float],
+                 sent: int) -> dict[str, object]:
+    acks = sorted(at for at, _, _ in delivered)
+    reads = sorted(read.values())
+    return {"sent": sent, "acknowledged": len(delivered), "answers_read_by_kcat": len(read),
+            "longest_ack_gap_s": round(max(b - a for a, b in itertools.pairwise(acks)), 2)
+            if len(acks) > 1 else None,
+            "longest_read_gap_s": round(max(b - a for a, b in itertools.pairwise(reads)), 2)
+            if len(reads) > 1 else None}
 
 
 def _ts(rfc3339: str) -> float:

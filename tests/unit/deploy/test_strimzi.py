@@ -62,6 +62,26 @@ def test_a_field_strimzi_does_not_have_fails_kubeconform(
                for p in outcome.problems), outcome.problems
 
 
+def test_the_schemas_are_strimzis_own_not_a_subset(
+        checkout: Callable[[], runner.Layout]) -> None:
+    """Strimzi's KafkaUser has quotas, which this project does not use (a subset written
+    here would reject them); its ACL operations are an enum, so a misspelt one fails."""
+    layout = checkout()
+    edit(layout.strimzi, "  name: vf-worker\n  labels:\n    strimzi.io/cluster: vf\n"
+         "    app.kubernetes.io/name: voicefactory\nspec:\n",
+         "  name: vf-worker\n  labels:\n    strimzi.io/cluster: vf\n"
+         "    app.kubernetes.io/name: voicefactory\nspec:\n"
+         "  quotas:\n    producerByteRate: 1048576\n")
+    [outcome] = runner.run_all(layout, ["kubeconform"])
+    assert outcome.problems == [], outcome.problems
+    edit(layout.strimzi, "  quotas:\n    producerByteRate: 1048576\n",
+         "  quotas:\n    producerByteRate: lots\n")
+    layout.rendered.clear()  # rendered again from the edited file
+    [outcome] = runner.run_all(layout, ["kubeconform"])
+    assert any("KafkaUser vf-worker is invalid" in p and "producerByteRate" in p
+               for p in outcome.problems), outcome.problems
+
+
 def test_every_kafka_client_pod_logs_in_as_its_own_user_with_the_ca(
         rendered: dict[str, str]) -> None:
     expected = {"vf-worker": "vf-worker", "vf-gateway": "vf-gateway",
