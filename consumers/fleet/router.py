@@ -10,11 +10,11 @@ exceeds a worker's share moves on.
         -> the voice's copies: the first d of its order, d = share x workers / copy_share
            (its share of this router's recent requests, at least 1): a rare voice has its
            home only, a narrator or a brand voice every worker
-        1. the least loaded copy while a device slot is free there, up to `home_queue`
-           wait, or it is within its share
-        2. else the least loaded worker holding its profile (their status lists it as
-           hot) within its share, 3. else the next worker in its order within its share
-           (a profile build there), 4. else the first with a slot free or within its share
+        1. the least loaded of: its copies while a device slot is free there, up to
+           `home_queue` wait or it is within its share; the workers holding its profile
+           (their status lists it as hot) while within its share
+        2. else the next worker in its order within its share (a profile build there),
+        3. else the first with a slot free or within its share, 4. else the least loaded
            -> Route(key, partition, worker)
     sent(request_id, route) / done(request_id): this router's own outstanding requests per
         worker, counted at once, so a burst is spread before the next status arrives; sent()
@@ -26,7 +26,8 @@ fleet with: each of their copies is busy enough to stay in its worker's cache, s
 them to the least loaded copy costs no profile build. The rare voices, the other half of
 the traffic and most of the voices, then stay home, waiting for a slot rather than moving:
 moving one costs a build now and pushes a home voice out of another worker's cache, which
-is how spreading every voice by load kept the Zipf hit ratio at 0.88 (docs/routing.md).
+is how moving any voice whose home had no free slot kept the Zipf hit ratio at 0.87
+(docs/routing.md).
 
 "Its share" is consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
 2018): load + 1 <= balance * (total + 1) / workers; the floors (a free slot, `home_queue`)
@@ -215,13 +216,15 @@ class FleetRouter:
         hot = {w for w in workers if voice_id in self._hot.get(w, ())}
         walk = self._walk_fit(voice_id, lane, owners, skip)
         # Its copies: the first `copies` workers of its order (its home alone for most).
+        # They may queue up to home_queue: a rare voice waits at home rather than moving.
+        # A worker holding the profile otherwise (it moved there once) costs no build
+        # either, but only within its share: a voice moved once is not held on two workers.
         order = (w for _, _, w in self._preferences(voice_id, lane, owners) if w not in skip)
         copies = set(islice(order, self.copies(voice_id, len(workers))))
         steps: list[Callable[[], tuple[int, int, int, str] | None]] = [
             lambda: self._least_loaded(voice_id, lane, owners, copies | hot,
                                        lambda w, load: at_home(w, load) if w in copies
                                        else spread(w, load)),
-            lambda: self._least_loaded(voice_id, lane, owners, hot, spread),
             lambda: walk(spread),
             lambda: walk(free)]
         for step in steps:
