@@ -10,15 +10,20 @@ ZipfSampler(1000, 1.1). Per policy, the trace is split into one sequence per wor
   `tts.requests` with the worker's assignor and settle; each voice goes to the consumer that
   owns its murmur2 partition (`topics.partitioning.partition_for`), as a producer keyed by
   voice_id sends it.
-- fleet-routed: what the gateway does now (consumers.fleet.FleetRouter at its default
-  balance, over the same group's partition owners), in `routing.fleet_routed`'s event
-  simulation of in-flight requests, with the workers' statuses every 0.5 s of it.
+- fleet-routed: what the gateway does now (consumers.fleet.FleetRouter with the run's
+  VF_ROUTE_BALANCE, VF_ROUTE_HOME_QUEUE and VF_ROUTE_COPY_SHARE, over the same group's
+  partition owners), in `routing.fleet_routed`'s event simulation of in-flight requests,
+  with the workers' statuses every 0.5 s of it; routed once per LRU size, since a worker's
+  status lists the voices its cache holds.
 - least_conn / round-robin: `routing.least_conn` (nginx's rule over an event simulation of
   in-flight requests) and `routing.round_robin`; these cannot go through keyed partitioning.
 
 Each worker is a real `ProfileResolver` with its own `ProfileCache(max_entries=N)` over the
 real object store and the bench engine, fed its sequence in order in its own thread (the
-order within a worker is what an LRU sees). Counted over the MEASURED part only, from the
+order within a worker is what an LRU sees). The two event simulations also give each
+request's wait for a slot (in mean service times, over the measured part):
+`cache_wait_{mean,p99}_{fleet_routed,least_conn}`, what routing for the cache costs callers
+in that model. Counted over the MEASURED part only, from the
 resolver's `on_lookup` results: RAM hits, store loads, computes; the time spent in
 non-hit lookups is measured. "Profile builds" are RAM misses: each one puts a profile on
 the device, from the store when it is there (here: always) or by computing it.
@@ -36,6 +41,7 @@ from bench import routing
 from bench.assignors import _settle
 from bench.harness import BenchContext
 from bench.outcome import Outcome, md_table
+from bench.stats import percentile
 from bench.workload import voice_id, zipf_voices
 from consumers.kafka import assignors, make_consumer
 from consumers.settings import Settings
@@ -118,15 +124,21 @@ async def run(ctx: BenchContext) -> Outcome:
     compute_s = ctx.profile_compute_s or 0.0
     trace = zipf_voices(warm + measured, N_VOICES, ZIPF_S, seed=11)
     owners = await kafka_owners(ctx.base)
-    routes = {"fleet_routed": routing.fleet_routed(trace, owners, REQUESTS.partitions,
-                                                   seed=11),
-              "voice_keyed": routing.voice_keyed(trace, owners, REQUESTS.partitions),
-              "least_conn": routing.least_conn(len(trace), WORKERS, seed=11),
+    waits: dict[str, list[float]] = {"fleet_routed": [], "least_conn": []}
+    routes = {"voice_keyed": routing.voice_keyed(trace, owners, REQUESTS.partitions),
+              "least_conn": routing.least_conn(len(trace), WORKERS, seed=11,
+                                               waits=waits["least_conn"]),
               "round_robin": routing.round_robin(len(trace), WORKERS)}
+    fleet = {size: routing.fleet_routed(
+        trace, owners, REQUESTS.partitions, seed=11, hot_entries=size,
+        balance=ctx.base.routing.balance, home_queue=ctx.base.routing.home_queue,
+        copy_share=ctx.base.routing.copy_share,
+        waits=waits["fleet_routed"] if size == SIZES[0] else None) for size in SIZES}
     rows: list[dict[str, Any]] = []
     for size in SIZES:
         for policy in POLICIES:
-            row = await asyncio.to_thread(_drive, ctx, trace, routes[policy], size, warm)
+            chosen = fleet[size] if policy == "fleet_routed" else routes[policy]
+            row = await asyncio.to_thread(_drive, ctx, trace, chosen, size, warm)
             row.update(policy=policy, capacity=size,
                        compute_equiv_s=round(row["builds"] * compute_s, 1))
             rows.append(row)
@@ -146,8 +158,17 @@ async def run(ctx: BenchContext) -> Outcome:
         figures[f"cache_hit_ratio_{r['policy']}{suffix}"] = r["hit_ratio"]
         figures[f"cache_builds_{r['policy']}{suffix}"] = r["builds"]
     figures["cache_profile_compute_s"] = round(compute_s, 3)
+    for policy, got in waits.items():
+        measured_waits = got[warm:]
+        figures[f"cache_wait_mean_{policy}"] = round(sum(measured_waits) / len(measured_waits), 3)
+        figures[f"cache_wait_p99_{policy}"] = round(percentile(measured_waits, 99), 3)
     notes = [f"{warm:,} warm-up + {measured:,} measured requests; voices owned per worker "
-             f"under voice-keyed routing: {voices_per_worker} (partition owners {owners})"]
+             f"under voice-keyed routing: {voices_per_worker} (partition owners {owners})",
+             "wait for a slot in the event simulations, mean / p99 in mean service times: "
+             + "; ".join(f"{p} {figures[f'cache_wait_mean_{p}']} / "
+                         f"{figures[f'cache_wait_p99_{p}']}" for p in waits)
+             + f" (fleet routing: balance {ctx.base.routing.balance}, home queue "
+               f"{ctx.base.routing.home_queue}, copy share {ctx.base.routing.copy_share})"]
     return Outcome("cache", figures, table, series={"rows": rows}, notes=notes)
 
 

@@ -264,10 +264,15 @@ class RoutingSettings(_Checked):
     # since a job ends with its busiest worker (measured: docs/benchmarks.md, routing).
     balance: float = var("VF_ROUTE_BALANCE", 1.25, ge=1.0)
     job_balance: float = var("VF_ROUTE_JOB_BALANCE", 1.05, ge=1.0)
-    # A voice with no request out may wait at home behind this many beyond the slots
-    # before moving (a move costs a profile build and a cache entry elsewhere). 0 measured
-    # best for callers' p99, 1 for fewer builds (docs/benchmarks.md, section 8).
-    home_queue: int = var("VF_ROUTE_HOME_QUEUE", 0, ge=0)
+    # A voice's request may wait at its home (or the least loaded of its copies) behind
+    # this many beyond the device slots before moving: a move costs a profile build and
+    # pushes a voice out of another worker's cache. 6 keeps the Zipf hit ratio >= 0.98
+    # (0 gave 0.86); what it costs in waiting: docs/benchmarks.md, section 3.
+    home_queue: int = var("VF_ROUTE_HOME_QUEUE", 6, ge=0)
+    # A popular voice gets one more worker (a copy of its profile) for each this much of a
+    # worker's share of the traffic it brings: lower spreads more voices, which waits less
+    # and builds more profiles (docs/routing.md).
+    copy_share: float = var("VF_ROUTE_COPY_SHARE", 0.02, gt=0.0, le=1.0)
     # A streamed request whose worker left the view before its first chunk is sent again
     # to another worker (same request_id) after at least this long; 0 turns it off.
     failover_ms: int = var("VF_ROUTE_FAILOVER_MS", 250, ge=0)

@@ -1,21 +1,33 @@
-"""Bounded-load routing of requests to workers: a voice stays where its profile is hot
-until that worker is loaded past its share, then its overflow goes to the voice's next shard.
+"""Bounded-load routing of requests to workers: a voice stays where its profile is hot,
+a popular voice is shared by as many workers as its traffic keeps busy, and only what
+exceeds a worker's share moves on.
 
     statuses (tts.fleet, via FleetView) -> apply(): who owns which partition of each lane,
         what waits for each worker (`others`: the fleet's load less this router's own)
     route(voice, lane) -> the voice's preference list, walked lazily: shard 0, 1, 2, ...
         -> murmur2(routing key) -> partition -> its live owner, each worker once (a
         consistent-hash order of the workers, fixed per voice while ownership holds)
-        -> a voice with requests out now (busy: a hot narrator, a brand voice):
-              1. the least loaded of the workers holding its profile (their status lists it
-                 as hot) within its share, 2. else the next worker in its order within its
-                 share (a profile build there), 3. else a holder with a device slot free
-           a voice with none out (most voices, most of the time): its home (the first in
-              its order) while a slot is free or up to `home_queue` wait there
-           then the first worker in its order with a slot free or within its share
+        -> the voice's copies: the first d of its order, d = share x workers / copy_share
+           (its share of this router's recent requests, at least 1): a rare voice has its
+           home only, a narrator or a brand voice every worker
+        1. the least loaded of: its copies while a device slot is free there, up to
+           `home_queue` wait or it is within its share; the workers holding its profile
+           (their status lists it as hot) while within its share
+        2. else the next worker in its order within its share (a profile build there),
+        3. else the first with a slot free or within its share, 4. else the least loaded
            -> Route(key, partition, worker)
     sent(request_id, route) / done(request_id): this router's own outstanding requests per
-        worker, counted at once, so a burst is spread before the next status arrives
+        worker, counted at once, so a burst is spread before the next status arrives; sent()
+        also counts the voice's popularity (decayed, half-life POPULARITY_HALF_LIFE)
+
+Why copies by popularity (W-Choices and D-Choices for skewed keys, Nasir et al., 2016):
+under Zipf traffic a few voices carry half the requests. They are the ones to balance the
+fleet with: each of their copies is busy enough to stay in its worker's cache, so routing
+them to the least loaded copy costs no profile build. The rare voices, the other half of
+the traffic and most of the voices, then stay home, waiting for a slot rather than moving:
+moving one costs a build now and pushes a home voice out of another worker's cache, which
+is how moving any voice whose home had no free slot kept the Zipf hit ratio at 0.87
+(docs/routing.md).
 
 "Its share" is consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
 2018): load + 1 <= balance * (total + 1) / workers; the floors (a free slot, `home_queue`)
@@ -28,15 +40,23 @@ before.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 
 from topics.fleet import MAX_SHARD, STALE_INTERVALS, RouteLane, WorkerStatus, routing_key
 from topics.partitioning import partition_for
 
 LANES: tuple[RouteLane, ...] = ("batch", "interactive")
 MAX_REMEMBERED = 100_000  # voices' preference lists kept; past that they are walked afresh
+# A voice's popularity is its share of this router's last few thousand requests: long
+# enough that a voice of 1 % is told from one of 0.1 %, short enough that a narrator's
+# job is spread within its first lines.
+POPULARITY_HALF_LIFE = 2000  # requests
+HOME_QUEUE = 6  # VF_ROUTE_HOME_QUEUE's default
+COPY_SHARE = 0.02  # VF_ROUTE_COPY_SHARE's default
 
 
 @dataclass(frozen=True)
@@ -57,8 +77,8 @@ class _Walk:
 
 
 class FleetRouter:
-    def __init__(self, *, partitions: int, balance: float = 1.25, home_queue: int = 0,
-                 clock: Callable[[], float] = time.monotonic,
+    def __init__(self, *, partitions: int, balance: float = 1.25, home_queue: int = HOME_QUEUE,
+                 copy_share: float = COPY_SHARE, clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         if balance < 1.0:
             raise ValueError(f"balance must be >= 1.0 (1.25 is the usual), got {balance}")
@@ -66,10 +86,13 @@ class FleetRouter:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         if home_queue < 0:
             raise ValueError(f"VF_ROUTE_HOME_QUEUE must be >= 0, got {home_queue}")
+        if not 0 < copy_share <= 1:
+            raise ValueError(f"VF_ROUTE_COPY_SHARE must be within (0, 1], got {copy_share}")
         self.partitions = partitions
         self._configured = partitions  # what the topic had when this router was made
         self.balance = balance
         self.home_queue = home_queue
+        self.copy_share = copy_share
         self._clock = clock
         self._wall_ms = wall_ms
         self._status: dict[str, WorkerStatus] = {}
@@ -77,8 +100,6 @@ class FleetRouter:
         self._others: dict[tuple[str, str], int] = {}  # (lane, worker) -> load not ours
         self._mine: dict[tuple[str, str], int] = {}  # (lane, worker) -> ours outstanding
         self._routed: dict[str, tuple[str, str]] = {}  # request_id -> (lane, worker)
-        self._voice_of: dict[str, str] = {}  # request_id -> voice, for _voice_out
-        self._voice_out: dict[str, int] = {}  # voice -> this router's requests of it out
         # Sent by a sender that never hears the answers, since the worker's last status
         # (which counts them from then on): cleared by each status.
         self._recent: dict[tuple[str, str], int] = {}
@@ -87,6 +108,9 @@ class FleetRouter:
         self._live: list[str] = []  # the workers the owner map was built from
         self._hot: dict[str, frozenset[str]] = {}  # worker -> voices its status says it holds
         self._turns: dict[str, int] = {}  # voice -> ties broken so far (_least_loaded)
+        self._decay = 0.5 ** (1 / POPULARITY_HALF_LIFE)
+        self._tick = 0  # requests counted by sent()
+        self._score: dict[str, tuple[float, int]] = {}  # voice -> (decayed count, at tick)
 
     # -- the view ------------------------------------------------------------------------
 
@@ -191,22 +215,18 @@ class FleetRouter:
 
         hot = {w for w in workers if voice_id in self._hot.get(w, ())}
         walk = self._walk_fit(voice_id, lane, owners, skip)
-        steps: list[Callable[[], tuple[int, int, int, str] | None]]
-        if self._voice_out.get(voice_id, 0) > 0:
-            # A voice busy now (requests of it still out): spread it, where it is loaded
-            # already if that is within its share, else on its next worker in order.
-            steps = [lambda: self._least_loaded(voice_id, lane, owners, hot, spread),
-                     lambda: walk(spread),
-                     lambda: self._least_loaded(voice_id, lane, owners, hot, free)]
-        else:
-            # A voice not busy stays home while a slot is free or up to home_queue wait:
-            # moving it costs a profile build and pushes a voice out of another cache,
-            # which is what spreading rare voices costs most (docs/routing.md).
-            home = next((w for _, _, w in self._preferences(voice_id, lane, owners)
-                         if w not in skip), None)
-            steps = [lambda: self._least_loaded(voice_id, lane, owners,
-                                                {home} if home else set(), at_home)]
-        steps.append(lambda: walk(free))  # then any worker with a slot free or within share
+        # Its copies: the first `copies` workers of its order (its home alone for most).
+        # They may queue up to home_queue: a rare voice waits at home rather than moving.
+        # A worker holding the profile otherwise (it moved there once) costs no build
+        # either, but only within its share: a voice moved once is not held on two workers.
+        order = (w for _, _, w in self._preferences(voice_id, lane, owners) if w not in skip)
+        copies = set(islice(order, self.copies(voice_id, len(workers))))
+        steps: list[Callable[[], tuple[int, int, int, str] | None]] = [
+            lambda: self._least_loaded(voice_id, lane, owners, copies | hot,
+                                       lambda w, load: at_home(w, load) if w in copies
+                                       else spread(w, load)),
+            lambda: walk(spread),
+            lambda: walk(free)]
         for step in steps:
             best = step()
             if best is not None:
@@ -301,29 +321,52 @@ class FleetRouter:
         if not answer_follows:
             slot = (lane, route.worker)
             self._recent[slot] = self._recent.get(slot, 0) + 1
+            self._count(route.key)
             return
+        if request_id not in self._routed:  # a re-route is the same request, counted once
+            self._count(route.key)
         self.done(request_id)  # a re-route replaces the first one
         self._routed[request_id] = (lane, route.worker)
-        voice = route.key.rsplit("#", 1)[0] if route.shard else route.key
-        self._voice_of[request_id] = voice
-        self._voice_out[voice] = self._voice_out.get(voice, 0) + 1
         self._mine[(lane, route.worker)] = self._mine.get((lane, route.worker), 0) + 1
 
     def done(self, request_id: str) -> None:
         slot = self._routed.pop(request_id, None)
         if slot is None:
             return
-        voice = self._voice_of.pop(request_id)
-        out = self._voice_out.get(voice, 0) - 1
-        if out > 0:
-            self._voice_out[voice] = out
-        else:
-            self._voice_out.pop(voice, None)
         left = self._mine.get(slot, 0) - 1
         if left > 0:
             self._mine[slot] = left
         else:
             self._mine.pop(slot, None)
+
+    # -- popularity ---------------------------------------------------------------------
+
+    def share(self, voice_id: str) -> float:
+        """The voice's share of this router's recent requests (decayed counts, 0-1): of
+        all it counted while it has counted few, so the lines of a `job run` just started
+        are one voice's whole traffic from the first."""
+        if not self._tick:
+            return 0.0
+        score, at = self._score.get(voice_id, (0.0, self._tick))
+        counted = (1 - self._decay ** self._tick) / (1 - self._decay)  # all voices, decayed
+        return float(score * self._decay ** (self._tick - at) / counted)
+
+    def copies(self, voice_id: str, workers: int) -> int:
+        """How many workers of its order the voice is balanced over: one for each
+        `copy_share` of a worker's share of the traffic it brings (D-Choices), so every
+        copy stays busy enough to keep its profile hot; its home alone for a rare voice."""
+        wanted = math.ceil(self.share(voice_id) * workers / self.copy_share - 1e-9)
+        return max(1, min(workers, wanted))
+
+    def _count(self, key: str) -> None:
+        voice = key.rsplit("#", 1)[0] if "#" in key else key
+        self._tick += 1
+        score, at = self._score.get(voice, (0.0, self._tick))
+        self._score[voice] = (score * self._decay ** (self._tick - at) + 1, self._tick)
+        if len(self._score) > MAX_REMEMBERED:  # forget the voices that faded out
+            floor = 0.5  # less than half a request left of them
+            self._score = {v: (c, t) for v, (c, t) in self._score.items()
+                           if c * self._decay ** (self._tick - t) >= floor}
 
     @property
     def outstanding(self) -> int:

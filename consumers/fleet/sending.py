@@ -69,7 +69,8 @@ async def fleet_router(settings: Settings,
     names = topic_names(settings.kafka.topic_prefix)
     partitions = await producer.partitions_for(names.requests)
     router = FleetRouter(partitions=len(partitions), balance=settings.routing.balance,
-                         home_queue=settings.routing.home_queue)
+                         home_queue=settings.routing.home_queue,
+                         copy_share=settings.routing.copy_share)
     view = FleetView(settings.kafka, names.fleet, router)
     await view.start()
     return router, view

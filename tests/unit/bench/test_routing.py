@@ -49,3 +49,49 @@ def test_least_conn_avoids_busy_workers() -> None:
 def test_least_conn_rejects_a_utilisation_outside_0_1() -> None:
     with pytest.raises(ValueError, match="utilisation"):
         least_conn(10, 4, utilisation=1.0)
+
+
+def lru_hits(voices: list[str], routes: list[int], capacity: int, warm: int) -> float:
+    """Hit ratio after `warm` requests of one LRU of `capacity` voices per worker."""
+    from collections import OrderedDict
+
+    caches: dict[int, OrderedDict[str, None]] = {}
+    hits = 0
+    for i, (v, w) in enumerate(zip(voices, routes, strict=True)):
+        cache = caches.setdefault(w, OrderedDict())
+        hit = v in cache
+        cache[v] = None
+        cache.move_to_end(v)
+        if len(cache) > capacity:
+            cache.popitem(last=False)
+        hits += hit and i >= warm
+    return hits / (len(voices) - warm)
+
+
+def test_fleet_routing_keeps_zipf_voices_hot_within_a_bounded_wait() -> None:
+    """The cache bench's quick trace (section 3): popular voices balance the fleet, rare
+    ones stay home, so the hit ratio nears voice-keyed routing's while every worker gets
+    its share; the wait for a slot stays within a fraction of a service time of
+    least_conn's. With the old rule (home_queue 0: a voice moved whenever its home had no
+    slot free) the same trace gave 0.85."""
+    from bench.routing import fleet_routed
+    from bench.workload import zipf_voices
+
+    owners = {p: p // 3 for p in range(12)}
+    voices = zipf_voices(20_000, 1000, 1.1, seed=11)
+    warm = 12_000
+    fleet_waits: list[float] = []
+    lc_waits: list[float] = []
+    routed = fleet_routed(voices, owners, 12, seed=11, waits=fleet_waits)
+    nginx = least_conn(len(voices), 4, seed=11, waits=lc_waits)
+    keyed = voice_keyed(voices, owners, 12)
+    assert lru_hits(voices, routed, 256, warm) >= 0.96
+    assert lru_hits(voices, routed, 256, warm) >= lru_hits(voices, keyed, 256, warm) - 0.03
+    assert lru_hits(voices, nginx, 256, warm) < 0.85
+    assert max(Counter(routed[warm:]).values()) <= 1.1 * (len(voices) - warm) / 4
+    assert len(fleet_waits) == len(lc_waits) == len(voices)
+    fleet_mean = sum(fleet_waits[warm:]) / (len(voices) - warm)
+    lc_mean = sum(lc_waits[warm:]) / (len(voices) - warm)
+    assert 0 < lc_mean < fleet_mean < lc_mean + 0.25
+    old = fleet_routed(voices, owners, 12, seed=11, home_queue=0)
+    assert lru_hits(voices, old, 256, warm) < 0.9

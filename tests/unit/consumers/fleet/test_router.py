@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.fleet.router import FleetRouter, Route
+from consumers.fleet.router import HOME_QUEUE, POPULARITY_HALF_LIFE, FleetRouter, Route
 from topics.fleet import LaneLoad, WorkerStatus, parse_routing_key, routing_key
 from topics.partitioning import partition_for
 
@@ -33,10 +34,10 @@ def status(worker: str, partitions: list[int], *, slots: int = 2, load: int = 0,
 
 
 def fleet(workers: int, partitions: int, *, slots: int = 2, balance: float = 1.25,
-          clock: Clock | None = None) -> FleetRouter:
+          clock: Clock | None = None, home_queue: int = HOME_QUEUE) -> FleetRouter:
     """`workers` members with the range assignor's contiguous share of `partitions`."""
     router = FleetRouter(partitions=partitions, balance=balance, clock=clock or Clock(),
-                         wall_ms=lambda: NOW_MS)
+                         wall_ms=lambda: NOW_MS, home_queue=home_queue)
     per, extra = divmod(partitions, workers)
     start = 0
     for w in range(workers):
@@ -60,8 +61,17 @@ def test_an_idle_fleet_keeps_a_voice_on_its_shard_zero_owner() -> None:
     assert router.workers("batch")[route.partition // 3] == route.worker
 
 
-def test_a_hot_voice_spills_past_its_workers_share_and_comes_back() -> None:
+def fade(router: FleetRouter, requests: int) -> None:
+    """Other voices' traffic, sent and answered: what makes a voice's popularity fade."""
+    for i in range(requests):
+        route = Route(f"other-{i % 500}", 0, 0, "w0")
+        router.sent(f"fade-{i}", route)
+        router.done(f"fade-{i}")
+
+
+def test_a_hot_voice_spreads_over_every_worker_and_goes_home_once_it_fades() -> None:
     router = fleet(4, 12, slots=2)
+    home = router.route("narrator")
     routes = []
     for i in range(40):
         route = router.route("narrator")
@@ -73,11 +83,15 @@ def test_a_hot_voice_spills_past_its_workers_share_and_comes_back() -> None:
     assert {parse_routing_key(r.key)[0] for r in routes} == {"narrator"}
     for i in range(40):
         router.done(f"r{i}")
-    assert router.route("narrator").shard == 0  # the load gone, the voice goes home
+    assert router.copies("narrator", 4) == 4  # still the whole traffic: shared by all
+    fade(router, 20_000)  # ten half-lives of other voices
+    assert router.copies("narrator", 4) == 1
+    assert router.route("narrator") == home  # the load and the popularity gone: home
 
 
 def test_a_free_slot_keeps_the_voice_home_whatever_the_mean() -> None:
-    router = fleet(4, 12, slots=3)
+    router = fleet(4, 12, slots=3, home_queue=0)
+    fade(router, 2000)  # a rare voice among others: its home is its only copy
     first = router.route("narrator")
     for i in range(3):
         route = router.route("narrator")
@@ -230,20 +244,58 @@ def test_grown_lanes_reported_by_the_workers_widen_the_router() -> None:
     assert router.partitions == 24 and route.partition == partition_for("narrator", 24)
 
 
-def test_a_quiet_voice_waits_home_rather_than_moving_and_a_busy_one_spreads() -> None:
-    router = fleet(2, 4, slots=2)
-    router.home_queue = 1
+def test_a_rare_voice_waits_home_while_a_popular_one_takes_the_least_loaded_copy() -> None:
+    router = fleet(2, 4, slots=2, home_queue=1)
+    fade(router, 2000)  # the router has seen traffic: one request is a small share
     home = router.route("rare").worker
-    assert home is not None
+    assert home is not None and router.copies("rare", 2) == 1
     # Home busy with other voices' work: 2 running + 1 waiting is allowed (home_queue 1).
     for i in range(2):
         router.sent(f"o{i}", Route(f"x{i}", 0, 0, home))
     assert router.route("rare").worker == home
     router.sent("o2", Route("x2", 0, 0, home))
     assert router.route("rare").worker != home  # 3 there: the wait would cost more
-    # A voice with requests out goes where its share allows, building its profile there.
-    busy = fleet(2, 4, slots=2)
-    first = busy.route("busy")
-    busy.sent("b0", first)
-    second = busy.route("busy")  # within its share on the other worker: no wait at home
-    assert {first.worker, second.worker} == set(busy.workers("batch"))
+    # A voice with a large share of the traffic has both workers as copies: it goes to
+    # the less loaded one at once instead of queueing at home.
+    for i in range(400):
+        router.sent(f"p{i}", Route("popular", 0, 0, home))
+        router.done(f"p{i}")
+    assert router.copies("popular", 2) == 2
+    assert router.route("popular").worker != home
+
+
+def test_a_voice_gets_a_copy_per_copy_share_of_a_workers_traffic() -> None:
+    router = FleetRouter(partitions=12, copy_share=0.02)
+    assert router.copies("never-seen", 8) == 1
+    for i in range(10_000):  # 10 % of the traffic is "mid", the rest spread thin
+        voice = "mid" if i % 10 == 0 else f"thin-{i % 3000}"
+        router.sent(f"r{i}", Route(voice, 0, 0, "w0"))
+        router.done(f"r{i}")
+    assert router.share("mid") == pytest.approx(0.1, rel=0.05)
+    # 10 % of the traffic is 0.4 of one of 4 workers' share: 20 copies of 0.02, all 4.
+    assert router.copies("mid", 4) == 4
+    # Of 100 workers' it is 10 workers' share: 500 copies of 0.02 wanted, capped at 100.
+    assert router.copies("mid", 100) == 100
+    assert router.copies("thin-7", 4) == 1  # ~0.03 % of the traffic: its home only
+
+
+def test_popularity_halves_per_half_life_and_a_reroute_counts_once() -> None:
+    router, twin = FleetRouter(partitions=12), FleetRouter(partitions=12)
+    for r in (router, twin):
+        fade(r, 20 * POPULARITY_HALF_LIFE)  # long past the start: counts at steady state
+    for i in range(100):
+        router.sent(f"v{i}", Route("v", 0, 0, "w0"))
+        router.sent(f"v{i}", Route("v#1", 1, 1, "w1"))  # a failover: the same request
+        twin.sent(f"v{i}", Route("v", 0, 0, "w0"))
+    before = router.share("v")
+    assert before == pytest.approx(twin.share("v"))  # counted once
+    assert before * POPULARITY_HALF_LIFE / math.log(2) == pytest.approx(100, rel=0.05)
+    fade(router, POPULARITY_HALF_LIFE)
+    assert router.share("v") == pytest.approx(before / 2, rel=1e-4)
+
+
+def test_copy_share_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="VF_ROUTE_COPY_SHARE"):
+        FleetRouter(partitions=12, copy_share=0)
+    with pytest.raises(ValueError, match="VF_ROUTE_COPY_SHARE"):
+        FleetRouter(partitions=12, copy_share=1.5)
