@@ -216,6 +216,8 @@ class AggregatorSettings(_Checked):
     datadir: str = var("VF_AGGREGATOR_DATADIR", "")  # faust's folder; "": <state dir>/aggregator
     # of its changelog topic; 3 in prod
     replication_factor: int = var("VF_AGGREGATOR_REPLICATION_FACTOR", 1, ge=1)
+    # usage reports (docs/usage.md) are written this often: the lag of GET /v1/usage and quotas
+    usage_publish_s: float = var("VF_USAGE_PUBLISH_S", 5.0, gt=0.0)
 
     def datadir_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.datadir) if self.datadir else state_dir(environ) / "aggregator"
@@ -238,6 +240,8 @@ class GatewaySettings(_Checked):
     lag_interval_s: float = var("VF_GATEWAY_LAG_INTERVAL_S", 2.0, gt=0.0)
     timeout_s: float = var("VF_GATEWAY_TIMEOUT_S", 120.0, gt=0.0)  # a speech request's whole answer
     group_id: str = var("VF_GATEWAY_GROUP_ID", "vf-gateway")  # reply partitions of tts.audio
+    # a tenant's usage is read from the store at most this often per replica (quotas, /v1/usage)
+    usage_cache_s: float = var("VF_GATEWAY_USAGE_CACHE_S", 5.0, ge=0.0)
 
     def keys_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.keys_file) if self.keys_file else state_dir(environ) / "gateway-keys"
