@@ -86,18 +86,20 @@ def job_track_key(job_id: str, fmt: str, version: int = 1, *,
     return job_prefix(job_id, version, tenant=tenant) + f"track.{fmt}"
 
 
-def usage_prefix(month: str, *, tenant: str | None = None) -> str:
-    """A tenant's usage reports of one month (`YYYY-MM`), one object per results partition
-    (docs/usage.md): the gateway sums what it lists here."""
+def usage_prefix(month: str, source: str, *, tenant: str | None = None) -> str:
+    """A tenant's usage reports of one month (`YYYY-MM`) written by one aggregator group
+    (`source`, its faust app ID: `{VF_TOPIC_PREFIX}vf-aggregator`, so deployments sharing a
+    bucket keep apart), one object per results partition: the gateway sums what it lists."""
     check_month(month)
-    return f"{tenant_root(tenant)}usage/{month}/"
+    check_id("usage source", source, 249)
+    return f"{tenant_root(tenant)}usage/{month}/{source}/"
 
 
-def usage_key(month: str, partition: int, *, tenant: str | None = None) -> str:
+def usage_key(month: str, source: str, partition: int, *, tenant: str | None = None) -> str:
     """The report of one tts.results partition, written by the aggregator that owns it."""
     if partition < 0:
         raise ValueError(f"partition must be >= 0, got {partition}")
-    return usage_prefix(month, tenant=tenant) + f"p{partition:03d}.json"
+    return usage_prefix(month, source, tenant=tenant) + f"p{partition:03d}.json"
 
 
 def check_month(month: str) -> str:

@@ -2,10 +2,11 @@
 
     aggregator (consumers/aggregator/metering.py), every VF_USAGE_PUBLISH_S:
       per owned tts.results partition p, tenant T, month M
-      -> `UsageReport` -> {tenant root}usage/{M}/p{ppp}.json   (pipeline.keys.usage_key)
+      -> `UsageReport` -> {tenant root}usage/{M}/{source}/p{ppp}.json (pipeline.keys.usage_key;
+         source: the aggregator's faust app ID, `report_source(VF_TOPIC_PREFIX)`)
     gateway (GET /v1/usage, quotas) and `voicefactory usage`:
-      `read_usage(store, T, M)` -> list {tenant root}usage/{M}/ -> sum the partitions'
-      reports -> `Usage`
+      `read_usage(store, T, M, source)` -> list {tenant root}usage/{M}/{source}/ -> sum the
+      partitions' reports -> `Usage`
 
 One object per partition, not one per tenant and month, because a partition is the unit
 an aggregator owns: each report has exactly one writer at a time, and a partition that
@@ -25,6 +26,12 @@ from pipeline.storage import ObjectStore
 from topics.tenancy import tenant_of
 
 REPORT_SCHEMA = "vf.usage.v1"
+AGGREGATOR_APP = "vf-aggregator"  # consumers.aggregator.app.APP_ID
+
+
+def report_source(topic_prefix: str) -> str:
+    """Which aggregator group's reports a reader sums: the one of its own topic prefix."""
+    return topic_prefix + AGGREGATOR_APP
 
 
 class UsageReport(msgspec.Struct, kw_only=True):
@@ -106,13 +113,13 @@ def sum_reports(tenant: str, month: str, reports: list[UsageReport]) -> Usage:
     return usage
 
 
-def read_usage(store: ObjectStore, tenant: str | None, month: str) -> Usage:
+def read_usage(store: ObjectStore, tenant: str | None, month: str, source: str) -> Usage:
     """A tenant's usage of `month` as last published (blocking: the store is minio's).
     Raises the store's VoiceFactoryError when it cannot be listed or read; an unreadable
     report raises ValueError naming it."""
     name = tenant_of(tenant)
     reports: list[UsageReport] = []
-    for key in store.list_prefix(usage_prefix(month, tenant=name)):
+    for key in store.list_prefix(usage_prefix(month, source, tenant=name)):
         raw = store.get(key)
         if raw is None:  # deleted between the listing and the read
             continue

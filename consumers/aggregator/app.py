@@ -142,7 +142,8 @@ class JobAggregator:
                                     help="open jobs and emitted markers, by job ID")
         self.usage = UsageMeter(self.app, store=store, partitions=RESULTS.partitions,
                                 results_topic=self._results_topic,
-                                publish_s=agg.usage_publish_s, horizon_s=MARKER_TTL_S,
+                                source=app_id(settings), publish_s=agg.usage_publish_s,
+                                horizon_s=MARKER_TTL_S,
                                 on_outcome=self.metrics.on_usage)
         self._lock = asyncio.Lock()
         self._emitter: JobEmitter | None = None

@@ -8,7 +8,8 @@
       after an assignment: Totals.rebuild from the table (recovery fills it behind our back)
       -> drop entries of months past the horizon (tombstones on the changelog)
       -> for each owned partition's (tenant, month) whose sums changed, or every
-         REPUBLISH_S regardless: pipeline.usage.UsageReport -> the store (usage_key)
+         REPUBLISH_S regardless: pipeline.usage.UsageReport -> the store
+         ({tenant root}usage/{month}/{app ID}/p{ppp}.json, pipeline.keys.usage_key)
 
 The table is faust's memory store with a compacted changelog, like the jobs table: a
 restarted or new owner rebuilds the ledger from it, so what was counted before a crash is
@@ -69,11 +70,12 @@ class UsageMeter:
     """The ledger, its totals and the publisher; `count` is called by the agent."""
 
     def __init__(self, app: faust.App, *, store: ObjectStore, partitions: int,
-                 results_topic: str, publish_s: float, horizon_s: float,
+                 results_topic: str, source: str, publish_s: float, horizon_s: float,
                  on_outcome: Callable[[UsageOutcome], None] | None = None) -> None:
         self._app = app
         self._store = store
         self._results_topic = results_topic
+        self._source = source
         self._horizon_s = horizon_s
         self._on_outcome = on_outcome
         self.table = LedgerTable(app, name=TABLE, default=None, key_type=bytes,
@@ -172,6 +174,6 @@ class UsageMeter:
             report = UsageReport(tenant=tenant, month=month, partition=partition,
                                  audio_s=audio_s, engine_s=engine_s, requests=requests,
                                  updated_at=stamp)
-            self._store.put(usage_key(month, partition, tenant=tenant), encode_report(report),
-                            "application/json")
+            key = usage_key(month, self._source, partition, tenant=tenant)
+            self._store.put(key, encode_report(report), "application/json")
 

@@ -23,12 +23,17 @@ def _report(partition: int, audio: float, *, tenant: str = "acme", month: str = 
 
 
 def test_keys_live_under_the_tenant_and_the_month() -> None:
-    assert usage_key("2031-03", 4) == "usage/2031-03/p004.json"
-    assert usage_key("2031-03", 11, tenant="acme") == "tenants/acme/usage/2031-03/p011.json"
-    assert usage_prefix("2031-12", tenant="default") == "usage/2031-12/"
+    assert usage_key("2031-03", "vf-aggregator", 4) == "usage/2031-03/vf-aggregator/p004.json"
+    assert usage_key("2031-03", "t1.vf-aggregator", 11, tenant="acme") == \
+        "tenants/acme/usage/2031-03/t1.vf-aggregator/p011.json"
+    assert usage_prefix("2031-12", "vf-aggregator", tenant="default") == \
+        "usage/2031-12/vf-aggregator/"
     for bad in ("2031-13", "2031-3", "../2031-03", "2031-03/", ""):
         with pytest.raises(ValueError, match="YYYY-MM"):
-            usage_prefix(bad)
+            usage_prefix(bad, "vf-aggregator")
+    with pytest.raises(ValueError):
+        usage_prefix("2031-03", "../other")
+
 
 
 def test_months_are_utc() -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from consumers.aggregator.app import JobAggregator
+from consumers.aggregator.app import JobAggregator, app_id
 from consumers.aggregator.usage import Entry
 from consumers.settings import AggregatorSettings, KafkaSettings, Settings
 from pipeline.storage import ObjectStore
-from pipeline.usage import decode_report, read_usage
+from pipeline.usage import decode_report, read_usage, report_source
 from tests.unit.consumers.gateway.memorystore import MemoryStore
 
 NOW = datetime(2031, 3, 15, 12, 0, tzinfo=UTC)
@@ -43,9 +43,9 @@ async def test_reports_go_out_for_owned_partitions_only_and_again_only_when_chan
     usage.totals.apply(2, None, a)
     usage.totals.apply(5, None, Entry(tenant="default", month="2031-03", audio_s=1.0))
     assert await usage.publish({1, 2}, NOW) == 2
-    assert sorted(store.objects) == ["tenants/acme/usage/2031-03/p001.json",
-                                     "tenants/acme/usage/2031-03/p002.json"]
-    report = decode_report(store.objects["tenants/acme/usage/2031-03/p001.json"])
+    assert sorted(store.objects) == ["tenants/acme/usage/2031-03/acme.vf-aggregator/p001.json",
+                                     "tenants/acme/usage/2031-03/acme.vf-aggregator/p002.json"]
+    report = decode_report(store.objects["tenants/acme/usage/2031-03/acme.vf-aggregator/p001.json"])
     assert (report.tenant, report.partition, report.audio_s, report.engine_s,
             report.requests) == ("acme", 1, 2.5, 0.5, 1)
     assert report.updated_at == "2031-03-15T12:00:00.000Z"
@@ -53,7 +53,7 @@ async def test_reports_go_out_for_owned_partitions_only_and_again_only_when_chan
     usage.totals.apply(2, None, Entry(tenant="acme", month="2031-03", audio_s=1.0,
                                       engine_s=0.25))
     assert await usage.publish({1, 2}, NOW) == 1
-    total = read_usage(store, "acme", "2031-03")  # type: ignore[arg-type]
+    total = read_usage(store, "acme", "2031-03", "acme.vf-aggregator")  # type: ignore[arg-type]
     assert (total.audio_s, total.engine_s, total.requests, total.partitions) == \
         (6.0, 1.25, 3, 2)
 
@@ -74,4 +74,9 @@ async def test_a_store_failure_leaves_the_reports_due(tmp_path: Path) -> None:
     assert await usage.publish({0}, NOW) == 0 and store.objects == {}
     store.fail = False
     assert await usage.publish({0}, NOW) == 1
-    assert list(store.objects) == ["tenants/acme/usage/2031-03/p000.json"]
+    assert list(store.objects) == ["tenants/acme/usage/2031-03/acme.vf-aggregator/p000.json"]
+
+
+def test_readers_sum_the_reports_their_own_aggregator_group_writes() -> None:
+    settings = Settings(kafka=KafkaSettings(topic_prefix="acme."))
+    assert report_source(settings.kafka.topic_prefix) == app_id(settings)
