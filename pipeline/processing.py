@@ -181,7 +181,8 @@ class ProcessorCore:
             request_id=request.request_id, voice_id=request.voice_id, status=status,  # type: ignore[arg-type]
             completed_at=now_iso(), audio=audio, error=error, job=request.job,
             metadata=request.metadata, timings_ms=timings, rtf=rtf, engine=self._engine.name,
-            worker=self._worker, attempt=p.received.attempt, quality=quality)
+            worker=self._worker, attempt=p.received.attempt, quality=quality,
+            tenant=request.tenant)  # usage is counted per tenant from results
 
 
 def ms(seconds: float) -> float:
