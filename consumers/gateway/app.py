@@ -8,7 +8,8 @@
       stored bytes and the fleet summary for the console (`consumers.gateway.console_api`),
       /healthz, /readyz, /metrics, /openapi.json (`consumers.gateway.openapi`, no key), and
       the console's files under /console (no key: `consumers.gateway.console`)
-    speech: body -> JSON -> `parse_speech` (400) -> voice registered? (404) -> lane lag under
+    speech: body -> JSON -> `parse_speech` (400) -> the tenant's monthly quota (429,
+      consumers.gateway.usage, also GET /v1/usage) -> voice registered? (404) -> lane lag under
       the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
       -> requests routed (consumers.fleet) to tts.requests.interactive with
       `vf-reply-partition`; a worker gone before the first chunk: sent again (failover.py)
@@ -35,7 +36,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import console, console_api, openapi, resources
+from consumers.gateway import console, console_api, openapi, resources, usage
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
 from consumers.gateway.runtime import Gateway
@@ -66,6 +67,8 @@ async def speech(request: Request) -> Response:
         order = parse_speech(body, tenant=tenant.name)
     except BadField as exc:
         return json_error(400, str(exc), "invalid_request", param=exc.field)
+    if (over := await usage.over_quota(gw.usage, tenant)) is not None:
+        return over
     if not await gw.voice_exists(order.voice_id):
         return json_error(404, f"voice {order.voice_id!r} is not registered (POST /v1/voices)",
                           "voice_not_found", param="voice")
@@ -162,7 +165,7 @@ def build_app(gateway: Gateway) -> ASGIApp:
 
     app = Starlette(routes=[
         Route("/v1/audio/speech", speech, methods=["POST"]),
-        *resources.routes(), *console_api.routes(), *console.routes(),
+        *resources.routes(), *console_api.routes(), *console.routes(), *usage.routes(),
         Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
         Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
@@ -185,7 +188,7 @@ _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+/rerun"), "/v1/jobs/{id}/rerun"),
            (re.compile(r"/console(/.*)?"), "/console"))
 _KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/healthz", "/readyz",
-          "/metrics"}
+          "/metrics", "/v1/usage"}
 
 
 def route_label(path: str) -> str:

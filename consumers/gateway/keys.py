@@ -42,6 +42,8 @@ class Tenant:
     name: str
     rate: float  # requests a second (token bucket refill; burst = max(1, rate))
     streams: int  # speech requests open at once, per replica
+    # audio seconds a UTC month; None: no quota (docs/usage.md)
+    monthly_audio_s: float | None = None
 
 
 def new_key() -> str:
@@ -52,14 +54,19 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def add_key(path: Path, tenant: str, *, rate: float, streams: int) -> str:
+def add_key(path: Path, tenant: str, *, rate: float, streams: int,
+            monthly_audio_s: float | None = None) -> str:
     """Append a new key's hash for `tenant`; returns the key (shown once, stored nowhere)."""
     check_id("tenant", tenant, 64)
     if rate <= 0 or streams < 1:
         raise ValueError(f"rate must be > 0 and streams >= 1, got rate={rate} streams={streams}")
+    _check_quota(monthly_audio_s)
     key = new_key()
-    entry = {"sha256": key_hash(key), "tenant": tenant, "rate": rate, "streams": streams,
-             "created_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    entry: dict[str, object] = {"sha256": key_hash(key), "tenant": tenant, "rate": rate,
+                                "streams": streams,
+                                "created_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    if monthly_audio_s is not None:
+        entry["monthly_audio_s"] = monthly_audio_s
     path.parent.mkdir(parents=True, exist_ok=True)
     # 0600: the hashes are not secrets, but who may call as which tenant is nobody else's.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -78,13 +85,21 @@ def parse_keys(text: str, source: str = "keys file") -> dict[str, Tenant]:
             entry = orjson.loads(line)
             digest, tenant = str(entry["sha256"]).lower(), str(entry["tenant"])
             rate, streams = float(entry["rate"]), int(entry["streams"])
+            quota = entry.get("monthly_audio_s")
+            quota = _check_quota(float(quota)) if quota is not None else None
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{source}:{lineno}: not a key entry ({type(exc).__name__})") \
                 from None
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise ValueError(f"{source}:{lineno}: sha256 is not 64 hex digits")
-        found[digest] = Tenant(tenant, rate, streams)
+        found[digest] = Tenant(tenant, rate, streams, monthly_audio_s=quota)
     return found
+
+
+def _check_quota(value: float | None) -> float | None:
+    if value is not None and not 0 <= value < float("inf"):  # NaN fails too
+        raise ValueError(f"monthly audio seconds must be a number >= 0, got {value}")
+    return value
 
 
 class KeyRing:

@@ -62,3 +62,20 @@ def test_a_missing_file_refuses_everyone(tmp_path: Path) -> None:
 def test_bearer_header_parsing() -> None:
     assert bearer("Bearer abc") == "abc" and bearer("bearer  abc ") == "abc"
     assert bearer("Basic abc") == "" and bearer(None) == "" and bearer("Bearer") == ""
+
+
+def test_a_monthly_audio_quota_is_an_optional_field_of_the_key_line(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    plain = add_key(path, "acme", rate=5, streams=2)
+    capped = add_key(path, "acme", rate=5, streams=2, monthly_audio_s=3600)
+    lines = path.read_text().splitlines()
+    assert "monthly_audio_s" not in lines[0] and '"monthly_audio_s":3600' in lines[1]
+    ring = KeyRing(path)
+    assert ring.lookup(plain) == Tenant("acme", 5.0, 2)  # written before quotas: none
+    assert ring.lookup(capped) == Tenant("acme", 5.0, 2, monthly_audio_s=3600.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="monthly audio seconds"):
+            add_key(path, "acme", rate=5, streams=2, monthly_audio_s=bad)
+    with pytest.raises(ValueError, match="keys:1: not a key entry"):
+        parse_keys('{"sha256": "' + "a" * 64 + '", "tenant": "a", "rate": 1, "streams": 1, '
+                   '"monthly_audio_s": "lots"}', "keys")
