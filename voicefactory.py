@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from consumers.clients.usage import add_parser as add_usage_parser
 from consumers.gateway.cli import add_parser as add_gateway_parser
 from consumers.settings import Settings, find_checkout, state_dir
 from topics.errors import VoiceFactoryError
@@ -492,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--limit", type=int, help="stop after this many results")
     results.set_defaults(func=cmd_results)
     add_gateway_parser(sub, common)
+    add_usage_parser(sub, common)
     return parser
 
 

@@ -34,9 +34,11 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         path = settings.gateway.keys_path()
         rate = args.rate if args.rate is not None else settings.gateway.default_rate
         streams = args.streams if args.streams is not None else settings.gateway.default_streams
-        key = add_key(path, args.tenant, rate=rate, streams=streams)
-        print(f"key for tenant {args.tenant} (rate {rate:g}/s, {streams} streams) added to "
-              f"{path}; it is shown only now:", file=sys.stderr)
+        quota = args.monthly_audio_s
+        key = add_key(path, args.tenant, rate=rate, streams=streams, monthly_audio_s=quota)
+        cap = f", {quota:g} audio s a month" if quota is not None else ""
+        print(f"key for tenant {args.tenant} (rate {rate:g}/s, {streams} streams{cap}) added "
+              f"to {path}; it is shown only now:", file=sys.stderr)
         print(key)
         return 0
     return serve(settings, args.log_format)
@@ -76,4 +78,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser],
     add.add_argument("--rate", type=float, help="requests a second (VF_GATEWAY_DEFAULT_RATE)")
     add.add_argument("--streams", type=int,
                      help="concurrent speech requests (VF_GATEWAY_DEFAULT_STREAMS)")
+    add.add_argument("--monthly-audio-s", type=float,
+                     help="quota: audio seconds a UTC month, then 429 quota_exceeded "
+                          "(docs/usage.md); default: none")
     gateway.set_defaults(func=cmd_gateway)

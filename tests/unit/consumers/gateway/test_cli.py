@@ -50,3 +50,14 @@ def test_flags_override_the_gateway_group(monkeypatch: pytest.MonkeyPatch) -> No
     assert (settings.gateway.port, settings.kafka.topic_prefix) == (8181, "t.")
     assert settings_from(voicefactory.build_parser().parse_args(["gateway"])).gateway.port \
         == 9000
+
+
+def test_keys_add_stores_a_monthly_audio_quota(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "keys"
+    assert voicefactory.main(["gateway", "--keys-file", str(path), "keys", "add", "acme",
+                              "--monthly-audio-s", "36000"]) == 0
+    out, err = capsys.readouterr()
+    tenant = KeyRing(path).lookup(out.strip())
+    assert tenant is not None and tenant.monthly_audio_s == 36000.0
+    assert "36000 audio s a month" in err
