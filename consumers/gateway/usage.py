@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 from starlette.requests import Request
@@ -35,9 +35,6 @@ from consumers.gateway.serve import json_error
 from pipeline.keys import check_month
 from pipeline.storage import ObjectStore
 from pipeline.usage import Usage, current_month, next_month_start, read_usage
-
-if TYPE_CHECKING:
-    from consumers.gateway.runtime import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +101,7 @@ async def over_quota(book: UsageBook, tenant: Tenant,
 
 
 async def get_usage(request: Request) -> Response:
-    gw: Gateway = request.app.state.gateway
+    book: UsageBook = request.app.state.gateway.usage  # runtime.Gateway (imports this module)
     tenant: Tenant = request.state.tenant
     month = request.query_params.get("month") or current_month()
     try:
@@ -112,7 +109,7 @@ async def get_usage(request: Request) -> Response:
     except ValueError as exc:
         return json_error(400, str(exc), "invalid_request", param="month")
     try:
-        usage = await gw.usage.get(tenant.name, month)
+        usage = await book.get(tenant.name, month)
     except ValueError as exc:
         log.error("usage of tenant %s unreadable: %s", tenant.name, exc)
         return json_error(500, f"the usage of {month} is unreadable; the operator is told",
