@@ -14,12 +14,16 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from starlette.testclient import TestClient
 
 from consumers.clients.demo import make_reference
+from consumers.gateway.app import build_app
+from consumers.gateway.keys import add_key
+from consumers.gateway.runtime import Gateway
 from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline.answers import now_iso
-from pipeline.usage import Usage, month_of, read_usage, report_source
+from pipeline.usage import Usage, current_month, month_of, read_usage, report_source
 from pipeline.voices import register_voice
 from tests.integration.test_jobs import Aggregator
 from tests.integration.test_worker import _read_all
@@ -113,6 +117,29 @@ def _fake(request_id: str, duration: float, tenant: str, *, attempt: int = 1,
                            attempt=attempt)
 
 
+def _gateway_reads_it(settings: Settings, tmp_path: Path, got: dict[str, Usage]) -> None:
+    """The gateway over the same store (its lifespan, and so Kafka, not entered): the
+    tenant's GET /v1/usage, and a quota the usage has reached refuses speech."""
+    month = current_month()
+    if month not in got:  # the run straddled a month's end: nothing of this month to show
+        return
+    keys = tmp_path / "gateway-keys"
+    capped = add_key(keys, "default", rate=100, streams=2, monthly_audio_s=got[month].audio_s)
+    roomy = add_key(keys, "default", rate=100, streams=2,
+                    monthly_audio_s=got[month].audio_s + 1000)
+    gateway = Gateway(settings.with_overrides(gateway={"keys_file": str(keys)}))
+    http = TestClient(build_app(gateway))
+    answer = http.get("/v1/usage", headers={"Authorization": f"Bearer {roomy}"}).json()
+    assert answer["audio_seconds"] == pytest.approx(got[month].audio_s, abs=0.01)
+    assert answer["requests"] == got[month].requests
+    assert answer["remaining_audio_seconds"] == pytest.approx(1000, abs=0.01)
+    body = {"model": "tts-1", "voice": "voice-000", "input": "Over the quota."}
+    refused = http.post("/v1/audio/speech", json=body,
+                        headers={"Authorization": f"Bearer {capped}"})
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+
+
 async def test_usage_counts_each_request_once_through_kill_9s_and_redeliveries(
         settings: Settings, tmp_path: Path) -> None:
     reference = make_reference(tmp_path / "reference.wav")
@@ -171,6 +198,7 @@ async def test_usage_counts_each_request_once_through_kill_9s_and_redeliveries(
         assert sum(u.audio_s for u in acme_usage.values()) == pytest.approx(7.75)
         # acme-2's first copy had no rtf; its replayed copy brought the engine seconds
         assert sum(u.engine_s for u in acme_usage.values()) == pytest.approx(7.75 * 0.5)
+        _gateway_reads_it(settings, tmp_path, got)
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
