@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from consumers.clients.usage import add_parser as add_usage_parser
 from consumers.gateway.cli import add_parser as add_gateway_parser
 from consumers.settings import Settings, find_checkout, state_dir
 from topics.errors import VoiceFactoryError
@@ -541,6 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     atail.add_argument("--limit", type=int, help="stop after this many events")
     audit.set_defaults(func=cmd_audit)
     add_gateway_parser(sub, common)
+    add_usage_parser(sub, common)
     return parser
 
 

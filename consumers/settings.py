@@ -216,6 +216,8 @@ class AggregatorSettings(_Checked):
     datadir: str = var("VF_AGGREGATOR_DATADIR", "")  # faust's folder; "": <state dir>/aggregator
     # of its changelog topic; 3 in prod
     replication_factor: int = var("VF_AGGREGATOR_REPLICATION_FACTOR", 1, ge=1)
+    # usage reports (docs/usage.md) are written this often: the lag of GET /v1/usage and quotas
+    usage_publish_s: float = var("VF_USAGE_PUBLISH_S", 5.0, gt=0.0)
 
     def datadir_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.datadir) if self.datadir else state_dir(environ) / "aggregator"
@@ -247,6 +249,8 @@ class GatewaySettings(_Checked):
     # short, since a link is a bearer credential to the tenant's object.
     presign_seconds: int = var("VF_GATEWAY_PRESIGN_SECONDS", 900, ge=1, le=7 * 24 * 3600,
                                hint="S3 presigned URLs last at most 7 days")
+    # a tenant's usage is read from the store at most this often per replica (quotas, /v1/usage)
+    usage_cache_s: float = var("VF_GATEWAY_USAGE_CACHE_S", 5.0, ge=0.0)
 
     def keys_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.keys_file) if self.keys_file else state_dir(environ) / "gateway-keys"

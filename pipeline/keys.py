@@ -5,10 +5,13 @@ the `default` tenant's keys are DESIGN.md's, another tenant's are the same under
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from topics.tenancy import tenant_root
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
+
+_MONTH = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")
 
 
 def audio_key(request_id: str, fmt: str, when: datetime, *, tenant: str | None = None) -> str:
@@ -86,6 +89,29 @@ def job_vtt_key(job_id: str, version: int = 1, *, tenant: str | None = None) -> 
 def job_track_key(job_id: str, fmt: str, version: int = 1, *,
                   tenant: str | None = None) -> str:
     return job_prefix(job_id, version, tenant=tenant) + f"track.{fmt}"
+
+
+def usage_prefix(month: str, source: str, *, tenant: str | None = None) -> str:
+    """A tenant's usage reports of one month (`YYYY-MM`) written by one aggregator group
+    (`source`, its faust app ID: `{VF_TOPIC_PREFIX}vf-aggregator`, so deployments sharing a
+    bucket keep apart), one object per results partition: the gateway sums what it lists."""
+    check_month(month)
+    check_id("usage source", source, 249)
+    return f"{tenant_root(tenant)}usage/{month}/{source}/"
+
+
+def usage_key(month: str, source: str, partition: int, *, tenant: str | None = None) -> str:
+    """The report of one tts.results partition, written by the aggregator that owns it."""
+    if partition < 0:
+        raise ValueError(f"partition must be >= 0, got {partition}")
+    return usage_prefix(month, source, tenant=tenant) + f"p{partition:03d}.json"
+
+
+def check_month(month: str) -> str:
+    """A month as usage names it, `YYYY-MM` (UTC); anything else raises ValueError."""
+    if not _MONTH.fullmatch(month):
+        raise ValueError(f"month must be YYYY-MM (01..12), got {month!r}")
+    return month
 
 
 def dlq_value_key(topic: str, partition: int, offset: int) -> str:

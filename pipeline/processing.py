@@ -182,7 +182,7 @@ class ProcessorCore:
             completed_at=now_iso(), audio=audio, error=error, job=request.job,
             metadata=request.metadata, timings_ms=timings, rtf=rtf, engine=self._engine.name,
             worker=self._worker, attempt=p.received.attempt, quality=quality,
-            tenant=request.tenant)
+            tenant=request.tenant)  # usage is counted per tenant from results
 
 
 def ms(seconds: float) -> float:

@@ -22,6 +22,10 @@ Metrics (`AggregatorMetrics`, served at /metrics next to /healthz and /readyz): 
 counts each record by what the merge did, `_close` each emit and error, and the timer's
 sweep sets the open-job and marker gauges while it walks the table anyway.
 
+Usage (consumers/aggregator/metering.py): the agent also counts every successful result
+into a second table, a ledger keyed by request ID, whose totals a timer publishes per tenant
+and month to the store (docs/usage.md).
+
 Timer writes need a partition without a current event, so the table uses the producer's
 partitioner: murmur2 of the job ID, which is the same partition that job's results have.
 
@@ -46,6 +50,7 @@ from faust.web import Request, Response, View
 
 from consumers import startup
 from consumers.aggregator.emit import JobEmitter
+from consumers.aggregator.metering import UsageMeter
 from consumers.aggregator.metrics import AggregatorMetrics
 from consumers.aggregator.state import (
     JobState,
@@ -137,6 +142,11 @@ class JobAggregator:
         self.table = self.app.Table(TABLE, default=None, key_type=bytes, value_type=bytes,
                                     partitions=RESULTS.partitions, use_partitioner=True,
                                     help="open jobs and emitted markers, by job ID")
+        self.usage = UsageMeter(self.app, store=store, partitions=RESULTS.partitions,
+                                results_topic=self._results_topic,
+                                source=app_id(settings), publish_s=agg.usage_publish_s,
+                                horizon_s=MARKER_TTL_S,
+                                on_outcome=self.metrics.on_usage)
         self._lock = asyncio.Lock()
         self._emitter: JobEmitter | None = None
         # What this object started itself (faust starts and stops the app): the emitter's
@@ -166,6 +176,7 @@ class JobAggregator:
                 log.warning("not a tts.result.v1, skipped: %s", exc, extra=ctx)
                 self.metrics.on_result("undecodable")
                 continue
+            self.usage.count(result, message.partition)
             if result.job is None:
                 self.metrics.on_result("no_job")
                 continue
@@ -188,14 +199,16 @@ class JobAggregator:
         without waiting for it. Right after a restart, before that metadata named the
         changelog topic, a table write raised TypeError ("'NoneType' object is not
         iterable") and the agent crashed for good, its jobs never closed (a CI run under
-        load). aiokafka's partitions_for waits for the topic's metadata."""
-        topic = self.table.changelog_topic.get_topic_name()
+        load). aiokafka's partitions_for waits for the topic's metadata; the usage ledger's
+        changelog is waited for too, as it is written first."""
         driver: Any = self.app.producer  # faust's aiokafka driver: no public way to it
         producer = driver._ensure_producer()
-        try:
-            await asyncio.wait_for(producer.partitions_for(topic), 60)
-        except Exception as exc:  # the write then fails as before, and says why
-            log.warning("no metadata for the changelog topic %s yet: %s", topic, exc)
+        for table in (self.usage.table, self.table):
+            topic = table.changelog_topic.get_topic_name()
+            try:
+                await asyncio.wait_for(producer.partitions_for(topic), 60)
+            except Exception as exc:  # the write then fails as before, and says why
+                log.warning("no metadata for the changelog topic %s yet: %s", topic, exc)
 
     async def _tick(self) -> None:
         """Close jobs that are complete but not emitted (after a crash) or that timed out."""
@@ -294,6 +307,7 @@ class JobAggregator:
     async def _on_assigned(self, app: Any, /, *args: Any, signal: Any, **_: Any) -> None:
         # Results for newly owned jobs may still be unread: count silence from now.
         self._owned_since = time.time()
+        self.usage.on_assigned()
         assigned: set[TP] = args[0] if args else set()
         mine = sorted(tp.partition for tp in assigned if tp.topic == self._results_topic)
         self.metrics.set_partitions(len(mine))

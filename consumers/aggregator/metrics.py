@@ -20,6 +20,9 @@ Metric names and labels (the dashboard and alert contract, next to `consumers/me
     vf_job_emit_seconds                   last result merged -> event acked, complete jobs only
     vf_jobs_open, vf_job_markers          table entries of owned partitions, per timer sweep
     vf_aggregator_partitions              tts.results partitions assigned to this process
+    vf_usage_results_total{outcome}       records read, by what usage metering did
+                                          (consumers/aggregator/usage.py): counted|engine_added|
+                                          duplicate|not_counted|invalid
 """
 
 from __future__ import annotations
@@ -29,16 +32,18 @@ from typing import Literal, get_args
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from consumers.aggregator.state import MergeOutcome
+from consumers.aggregator.usage import UsageOutcome
 from consumers.metrics import CONTENT_TYPE
 from topics.events import JobStatus
 
-__all__ = ["EMIT_BUCKETS", "JOB_STATUSES", "RESULT_OUTCOMES", "AggregatorMetrics",
-           "ResultOutcome"]
+__all__ = ["EMIT_BUCKETS", "JOB_STATUSES", "RESULT_OUTCOMES", "USAGE_OUTCOMES",
+           "AggregatorMetrics", "ResultOutcome"]
 
 # What `merge_result` says (aggregator_state), plus records that are not a tts.result.v1.
 ResultOutcome = Literal[MergeOutcome, "undecodable"]
 RESULT_OUTCOMES: tuple[str, ...] = get_args(ResultOutcome)
 JOB_STATUSES: tuple[str, ...] = get_args(JobStatus)
+USAGE_OUTCOMES: tuple[str, ...] = get_args(UsageOutcome)
 
 # 10 ms .. 10 min: a small job closes in tens of ms, a long concat track or a store outage
 # (retried every tick) in seconds to minutes.
@@ -72,11 +77,15 @@ class AggregatorMetrics:
                               "late duplicates (owned partitions, last sweep)", registry=r)
         self._partitions = Gauge("vf_aggregator_partitions", "Results partitions assigned to "
                                  "this aggregator", registry=r)
+        self._usage = Counter("vf_usage_results", "Results read by the aggregator, by what "
+                              "usage metering did with them", ["outcome"], registry=r)
         # Pre-create the closed label sets so dashboards see zeros rather than gaps.
         for outcome in RESULT_OUTCOMES:
             self._results.labels(outcome=outcome)
         for status in JOB_STATUSES:
             self._emitted.labels(status=status)
+        for outcome in USAGE_OUTCOMES:
+            self._usage.labels(outcome=outcome)
 
     # -- the stream --------------------------------------------------------------------------
     def on_result(self, outcome: ResultOutcome) -> None:
@@ -85,6 +94,12 @@ class AggregatorMetrics:
             raise ValueError(f"result outcome {outcome!r} is not one of "
                              f"{', '.join(RESULT_OUTCOMES)}")
         self._results.labels(outcome=outcome).inc()
+
+    def on_usage(self, outcome: UsageOutcome) -> None:
+        if outcome not in USAGE_OUTCOMES:
+            raise ValueError(f"usage outcome {outcome!r} is not one of "
+                             f"{', '.join(USAGE_OUTCOMES)}")
+        self._usage.labels(outcome=outcome).inc()
 
     # -- closing jobs ------------------------------------------------------------------------
     def on_job_emitted(self, status: JobStatus, *, timed_out: bool,

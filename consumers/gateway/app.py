@@ -12,6 +12,7 @@
       /console (no key: `consumers.gateway.console`). /healthz, /readyz and /metrics are
       not here: they answer on the ops port only (`consumers.gateway.ops`)
     speech: body -> JSON -> `parse_speech` (400; the requests carry the key's tenant) -> the
+      tenant's monthly quota (429, consumers.gateway.usage, also GET /v1/usage) -> the
       tenant's voice? (404, as for an unknown one) -> lane lag under
       the threshold? (503) -> a stream slot (429) -> a reply partition (503 while none)
       -> requests routed (consumers.fleet) to tts.requests.interactive with
@@ -39,7 +40,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import console, console_api, openapi, resources, scopes
+from consumers.gateway import console, console_api, openapi, resources, scopes, usage
 from consumers.gateway.audit import AuditUnavailable
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
@@ -71,6 +72,8 @@ async def speech(request: Request) -> Response:
         order = parse_speech(body, tenant=tenant.name)
     except BadField as exc:
         return json_error(400, str(exc), "invalid_request", param=exc.field)
+    if (over := await usage.over_quota(gw.usage, tenant)) is not None:
+        return over
     if not await gw.voice_exists(order.voice_id, tenant.name):
         return json_error(404, f"voice {order.voice_id!r} is not registered (POST /v1/voices)",
                           "voice_not_found", param="voice")
@@ -159,7 +162,7 @@ def build_app(gateway: Gateway) -> ASGIApp:
 
     app = Starlette(routes=[
         Route("/v1/audio/speech", speech, methods=["POST"]),
-        *resources.routes(), *console_api.routes(), *console.routes(),
+        *resources.routes(), *console_api.routes(), *console.routes(), *usage.routes(),
         Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
                                               VoiceFactoryError: _store_error,
@@ -182,7 +185,7 @@ _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+/rerun"), "/v1/jobs/{id}/rerun"),
            (re.compile(r"/v1/jobs/[^/]+/cancel"), "/v1/jobs/{id}/cancel"),
            (re.compile(r"/console(/.*)?"), "/console"))
-_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet"}
+_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/v1/usage"}
 
 
 def route_label(path: str) -> str:

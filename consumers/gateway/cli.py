@@ -57,10 +57,17 @@ def keys_add(settings: Settings, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --scopes: {exc}", file=sys.stderr)
         return 2
-    key = add_key(path, args.tenant, rate=rate, streams=streams, scopes=scopes)
+    quota = args.monthly_audio_s
+    try:
+        key = add_key(path, args.tenant, rate=rate, streams=streams, scopes=scopes,
+                      monthly_audio_s=quota)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     kid = key_id(key)
+    cap = f", {quota:g} audio s a month" if quota is not None else ""
     print(f"key {kid} for tenant {args.tenant} (scopes {','.join(sorted(scopes))}; rate "
-          f"{rate:g}/s, {streams} streams) added to {path}; it is shown only now:",
+          f"{rate:g}/s, {streams} streams{cap}) added to {path}; it is shown only now:",
           file=sys.stderr)
     print(key)
     _audit(settings, args, args.tenant, "key.add", kid)
@@ -168,4 +175,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser],
                             help="do not try to write the audit event to tts.audit")
         parser.add_argument("--audit-timeout", type=float, default=15.0,
                             help="seconds to wait for Kafka to take the audit event")
+    add.add_argument("--monthly-audio-s", type=float,
+                     help="quota: audio seconds a UTC month, then 429 quota_exceeded "
+                          "(docs/usage.md); default: none")
     gateway.set_defaults(func=cmd_gateway)

@@ -65,6 +65,8 @@ class Tenant:
     streams: int  # speech requests open at once, per replica
     scopes: frozenset[str] = DEFAULT_SCOPES
     key_id: str = ""
+    # audio seconds a UTC month; None: no quota (docs/usage.md)
+    monthly_audio_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,16 +122,21 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def add_key(path: Path, tenant: str, *, rate: float, streams: int,
-            scopes: Iterable[str] = DEFAULT_SCOPES) -> str:
+            scopes: Iterable[str] = DEFAULT_SCOPES,
+            monthly_audio_s: float | None = None) -> str:
     """Append a new key's hash for `tenant`; returns the key (shown once, stored nowhere)."""
     check_id("tenant", tenant, 64)
     if rate <= 0 or streams < 1:
         raise ValueError(f"rate must be > 0 and streams >= 1, got rate={rate} streams={streams}")
     granted = parse_scopes(scopes)
+    _check_quota(monthly_audio_s)
     key = new_key()
-    entry = {"sha256": key_hash(key), "tenant": tenant, "rate": rate, "streams": streams,
-             "scopes": [s for s in SCOPES if s in granted],
-             "created_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    entry: dict[str, object] = {
+        "sha256": key_hash(key), "tenant": tenant, "rate": rate, "streams": streams,
+        "scopes": [s for s in SCOPES if s in granted],
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    if monthly_audio_s is not None:
+        entry["monthly_audio_s"] = monthly_audio_s
     with _locked(path):
         # 0600: the hashes are not secrets, but who may call as which tenant is nobody else's.
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -147,6 +154,8 @@ def _entry(line: str, lineno: int, source: str) -> KeyEntry | None:
         rate, streams = float(raw["rate"]), int(raw["streams"])
         listed = raw.get("scopes")
         created, revoked = raw.get("created_at"), raw.get("revoked_at")
+        quota = raw.get("monthly_audio_s")
+        quota = _check_quota(float(quota)) if quota is not None else None
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{source}:{lineno}: not a key entry ({type(exc).__name__})") \
             from None
@@ -162,7 +171,7 @@ def _entry(line: str, lineno: int, source: str) -> KeyEntry | None:
                              f"(known: {', '.join(SCOPES)})")
     else:
         raise ValueError(f"{source}:{lineno}: scopes is not a list of names")
-    return KeyEntry(digest, Tenant(tenant, rate, streams, scopes, digest[:KEY_ID_LEN]),
+    return KeyEntry(digest, Tenant(tenant, rate, streams, scopes, digest[:KEY_ID_LEN], quota),
                     str(created) if created is not None else None,
                     str(revoked) if revoked is not None else None, listed is None)
 
@@ -225,6 +234,12 @@ def revoke_key(path: Path, wanted: str) -> tuple[KeyEntry, bool]:
             os.fsync(out.fileno())
         os.replace(tmp, path)
     return replace(entry, revoked_at=now), True
+
+
+def _check_quota(value: float | None) -> float | None:
+    if value is not None and not 0 <= value < float("inf"):  # NaN fails too
+        raise ValueError(f"monthly audio seconds must be a number >= 0, got {value}")
+    return value
 
 
 class KeyRing:

@@ -33,7 +33,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from consumers.gateway import audio, console_api, resources, scopes
+from consumers.gateway import audio, console_api, resources, scopes, usage
 from consumers.gateway.speech import SpeechBody
 from topics.validation import OPUS_RATES, REQUEST_ID_MAX
 
@@ -114,7 +114,7 @@ _TYPES: tuple[type[msgspec.Struct], ...] = (
     resources.VoiceCreated, resources.VoiceCheck, resources.VoiceList, resources.VoiceDeleted,
     resources.JobQueued, resources.JobFinished, resources.JobRunning, resources.JobCancelled,
     console_api.JobTimeline,
-    console_api.Fleet, ApiError, Health, Readiness, AudioDelta, AudioDone, StreamError)
+    console_api.Fleet, usage.UsageAnswer, ApiError, Health, Readiness, AudioDelta, AudioDone, StreamError)
 
 # Served without a description: the web console's static files under /console (the page, its
 # script and style; consumers.gateway.console), which are not API operations.
@@ -172,6 +172,12 @@ _SSE = {audio.SSE_CONTENT_TYPE: {
 _ID = {"in": "path", "name": "id", "required": True}
 _STORE_DOWN = _error("The object store is unavailable (`storage_unavailable`); retry after "
                      "Retry-After", "Retry-After")
+_QUOTA = _error("Over the tenant's rate (`rate_limited`) or its monthly audio quota "
+                "(`quota_exceeded`, Retry-After: until the next month); nothing stored or "
+                "produced", "Retry-After")
+_MONTH = {"in": "query", "name": "month", "required": False,
+          "description": "The UTC month, YYYY-MM; absent: the current one",
+          "schema": {"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"}}
 _BAD_ID = _error("The ID is malformed: [A-Za-z0-9._:-], no '..' (`invalid_request`)")
 _NO_JOB = _error("No finished version of the job (`job_not_found`)")
 _CLIP_AUDIO = {media: {"type": "string", "format": "binary"}
@@ -204,8 +210,10 @@ OPERATIONS: tuple[Operation, ...] = (
                   409: _error("The request was cancelled (`cancelled`)"),
                   422: _error("The voice's reference failed the worker's check "
                               "(`reference_invalid`)"),
-                  429: _error("Over the tenant's rate (`rate_limited`) or concurrent streams "
-                              "(`too_many_streams`)", "Retry-After"),
+                  429: _error("Over the tenant's rate (`rate_limited`), concurrent streams "
+                              "(`too_many_streams`) or monthly audio quota "
+                              "(`quota_exceeded`, Retry-After: until the next month)",
+                              "Retry-After"),
                   502: _error("The fleet failed the request (`engine_error`, ...)"),
                   503: _error("The interactive lane is over its lag threshold (`overloaded`), "
                               "the replica holds no reply partition yet (`not_ready`), Kafka "
@@ -249,6 +257,7 @@ OPERATIONS: tuple[Operation, ...] = (
                   409: _error("A revision that would produce no line (lines only "
                               "removed) or that does not fit the job's versions "
                               "(`invalid_request`)"),
+                  429: _QUOTA,
                   503: _STORE_DOWN}),
     Operation("get", "/v1/jobs/{id}", "getJob", "A job's state", tag="jobs", answers={
         200: Answer("The finished job, or a running one's progress",
@@ -267,6 +276,7 @@ OPERATIONS: tuple[Operation, ...] = (
                               "outside the job (`invalid_request`); or nothing would be "
                               "produced: `failed` with every line holding audio "
                               "(`nothing_to_rerun`)"),
+                  429: _QUOTA,
                   503: _error("Kafka refused the requests (`kafka_error`) or the object "
                               "store is down (`storage_unavailable`); retry after "
                               "Retry-After", "Retry-After")}),
@@ -318,6 +328,14 @@ OPERATIONS: tuple[Operation, ...] = (
               "Each line's start and end in the latest finished version's track", tag="jobs",
               answers={200: _json("JobTimeline", "The timeline"), 400: _BAD_ID,
                        404: _NO_JOB, 503: _STORE_DOWN}),
+    Operation("get", "/v1/usage", "getUsage",
+              "The caller's tenant's usage of a month, as the aggregator last published it",
+              tag="usage", parameters=(_MONTH,), answers={
+                  200: _json("UsageAnswer", "Audio and engine seconds, distinct requests, "
+                                            "the quota and what is left of it"),
+                  400: _error("`month` is not YYYY-MM (`invalid_request`)"),
+                  500: _error("A usage report is unreadable (`usage_unreadable`)"),
+                  503: _STORE_DOWN}),
     Operation("get", "/v1/fleet", "getFleet",
               "The workers' statuses, the interactive lane's lag and this replica's errors",
               tag="fleet", answers={200: _json("Fleet", "What this replica reads")}),

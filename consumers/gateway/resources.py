@@ -8,7 +8,8 @@ POST /v1/voices (multipart: `reference` file, `transcript`, optional `voice_id`,
 GET /v1/voices, GET /v1/voices/{id}: voice.json objects; DELETE: audit event, then
   `remove_voice` + tombstone. A job's submission and re-run are audited before their
   requests are produced.
-POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) ->
+POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) -> the
+  tenant's monthly quota (429 `quota_exceeded`, consumers.gateway.usage; rerun too) ->
   `consumers.clients.jobs.submit`, the very operation of `job run` (400 naming unknown
   voices; version 1 of a new job, or the next version of a finished one with only its
   changed or failed lines, docs/jobs.md) -> requests on tts.requests (202, with the
@@ -61,6 +62,7 @@ from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from consumers.gateway.speech import NO_NUL, SPACE, LanguageTag, VoiceId
+from consumers.gateway.usage import over_quota
 from pipeline import keys
 from pipeline.jobscript import ScriptError, decode_manifest, parse_script
 from pipeline.reference import ReferenceReport, check_reference
@@ -411,6 +413,8 @@ async def create_job(request: Request) -> Response:
         msgspec.convert(doc, JobScript)
     except msgspec.ValidationError as exc:
         return refusal(exc)
+    if (over := await over_quota(gw.usage, request.state.tenant)) is not None:
+        return over  # before the manifest is stored: a refused job leaves nothing behind
     try:
         submission = await asyncio.to_thread(functools.partial(
             submit, gw.store, script, tenant=tenant_of_request(request)))
@@ -449,6 +453,8 @@ async def rerun_job(request: Request) -> Response:
     if not body.failed and not body.lines:
         return json_error(400, "say what to re-run: `failed: true` and/or `lines`",
                           "invalid_request")
+    if (over := await over_quota(gw.usage, request.state.tenant)) is not None:
+        return over
     try:
         submission = await asyncio.to_thread(submit_rerun, gw.store, job_id,
                                              failed=body.failed, lines=frozenset(body.lines),

@@ -31,11 +31,13 @@ from consumers.gateway.lag import LagSampler
 from consumers.gateway.limits import Limiter
 from consumers.gateway.metrics import GatewayMetrics
 from consumers.gateway.replies import ReplyRouter
+from consumers.gateway.usage import UsageBook
 from consumers.kafka import make_producer, security_kwargs
 from consumers.settings import Settings
 from consumers.wiring import make_store
 from pipeline import keys as object_keys
 from pipeline.storage import ObjectStore
+from pipeline.usage import report_source
 from topics.admin import admin_client
 from topics.chunks import REPLY_PARTITION
 from topics.control import cancel, control_key
@@ -57,6 +59,8 @@ class Gateway:
         self.limiter = Limiter()
         self.metrics = GatewayMetrics()
         self.store = store if store is not None else make_store(settings.store)
+        self.usage = UsageBook(self.store, report_source(settings.kafka.topic_prefix),
+                               ttl_s=settings.gateway.usage_cache_s)
         self.router = ReplyRouter(settings.kafka, self.names.audio,
                                   group_id=settings.gateway.group_id,
                                   instance_id=settings.worker.instance_id)

@@ -119,3 +119,14 @@ def test_a_key_change_stands_when_its_audit_event_cannot_be_written(
     assert voicefactory.main([*base, "revoke", key_id(key), "--audit-timeout", "5"]) == 0
     assert "warning: the key.revoke audit event was not written" in capsys.readouterr().err
     assert KeyRing(path).lookup(key) is None
+
+
+def test_keys_add_stores_a_monthly_audio_quota(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "keys"
+    assert voicefactory.main(["gateway", "--keys-file", str(path), "keys", "add", "acme",
+                              "--monthly-audio-s", "36000", "--no-audit"]) == 0
+    out, err = capsys.readouterr()
+    tenant = KeyRing(path).lookup(out.strip())
+    assert tenant is not None and tenant.monthly_audio_s == 36000.0
+    assert "36000 audio s a month" in err

@@ -150,3 +150,21 @@ def test_revoke_names_one_key_or_refuses(tmp_path: Path) -> None:
     with pytest.raises(UnknownKey, match="no keys file"):
         revoke_key(tmp_path / "none", "0" * 12)
     assert KeyRing(path).lookup(key) is not None
+
+
+def test_a_monthly_audio_quota_is_an_optional_field_of_the_key_line(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    plain = add_key(path, "acme", rate=5, streams=2)
+    capped = add_key(path, "acme", rate=5, streams=2, monthly_audio_s=3600)
+    lines = path.read_text().splitlines()
+    assert "monthly_audio_s" not in lines[0] and '"monthly_audio_s":3600' in lines[1]
+    ring = KeyRing(path)
+    found_plain, found_capped = ring.lookup(plain), ring.lookup(capped)
+    assert found_plain is not None and found_plain.monthly_audio_s is None  # none by default
+    assert found_capped is not None and found_capped.monthly_audio_s == 3600.0
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="monthly audio seconds"):
+            add_key(path, "acme", rate=5, streams=2, monthly_audio_s=bad)
+    with pytest.raises(ValueError, match="keys:1: not a key entry"):
+        parse_keys('{"sha256": "' + "a" * 64 + '", "tenant": "a", "rate": 1, "streams": 1, '
+                   '"monthly_audio_s": "lots"}', "keys")
