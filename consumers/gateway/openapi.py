@@ -113,8 +113,8 @@ _TYPES: tuple[type[msgspec.Struct], ...] = (
     SpeechBody, resources.VoiceForm, resources.JobScript, resources.JobRerun, resources.Voice,
     resources.VoiceCreated, resources.VoiceCheck, resources.VoiceList, resources.VoiceDeleted,
     resources.JobQueued, resources.JobFinished, resources.JobRunning, resources.JobCancelled,
-    console_api.JobTimeline,
-    console_api.Fleet, usage.UsageAnswer, ApiError, Health, Readiness, AudioDelta, AudioDone, StreamError)
+    console_api.JobTimeline, console_api.Fleet, usage.UsageAnswer, ApiError, Health, Readiness,
+    AudioDelta, AudioDone, StreamError)
 
 # Served without a description: the web console's static files under /console (the page, its
 # script and style; consumers.gateway.console), which are not API operations.

@@ -19,6 +19,7 @@ from consumers.settings import GatewaySettings, Settings
 from pipeline.keys import usage_key
 from pipeline.storage import ObjectStore
 from pipeline.usage import UsageReport, current_month, encode_report, report_source
+from tests.unit.consumers.gateway.auditlog import recorded
 from tests.unit.consumers.gateway.memorystore import MemoryStore
 from topics.events import SynthesisRequest, VoiceRegistration, encode
 
@@ -142,10 +143,13 @@ def test_under_the_quota_or_without_one_nothing_is_refused(
     _publish(store, "acme", 0, 29.5)
     _publish(store, "rival", 0, 10_000.0)
     script = {"job_id": "ep1", "voice": "narrator-1", "lines": [{"text": "Hello."}]}
+    audited = recorded(gateway)
     for headers in (_key(gateway, tmp_path, "acme", quota=30), _key(gateway, tmp_path, "rival")):
         answer = http.post("/v1/jobs", json=script, headers=headers)
         assert answer.status_code == 202, answer.text
     assert len(produced) == 2
+    assert [(e.action, e.tenant) for e in audited] == [("job.submit", "acme"),
+                                                       ("job.submit", "rival")]
 
 
 async def test_the_retry_after_runs_to_the_start_of_the_next_utc_month() -> None:
