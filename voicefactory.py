@@ -177,6 +177,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import logging
 
+    if args.suite == "consent":
+        return _bench_consent(args)
     if args.suite != "assignors":
         from bench.runner import main as run_benchmarks
         from deploy.local import stack
@@ -193,6 +195,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # rebalances are the point here
     print("measuring partition movement per assignor on the real broker ...", file=sys.stderr)
     print(table(asyncio.run(run_all(_settings(args)))))
+    return EXIT_OK
+
+
+def _bench_consent(args: argparse.Namespace) -> int:
+    """The consent threshold's FAR/FRR on espeak-ng speakers: needs no stack."""
+    import orjson
+
+    from bench.consent import measure
+
+    print("measuring speaker similarity of espeak-ng speakers (GE2E) ...", file=sys.stderr)
+    outcome = measure(quick=args.quick)
+    print(outcome.table)
+    for note in outcome.notes:
+        print(f"- {note}")
+    print(orjson.dumps(outcome.figures).decode())
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_bytes(orjson.dumps(outcome.figures, option=orjson.OPT_INDENT_2))
     return EXIT_OK
 
 
@@ -410,20 +430,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
     bench.add_argument("suite", nargs="?",
-                       choices=["all", "assignors", "peers", "route", "fuzz"],
+                       choices=["all", "assignors", "peers", "route", "fuzz", "consent"],
                        default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
                             "memory, faults, fuzz, lanes, route, peers (docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
                             "peers: only nginx + model servers against the fleet; "
                             "route: only fleet routing (one narrator, one brand voice, "
-                            "kill -9); fuzz: only the fuzz suite at bench size")
+                            "kill -9); fuzz: only the fuzz suite at bench size; "
+                            "consent: the consent threshold's FAR/FRR (no stack needed)")
     bench.add_argument("--quick", action="store_true",
                        help="shorter durations and counts, same figures (`make bench`)")
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults", "fuzz", "lanes", "route", "peers"],
+                                "memory", "faults", "fuzz", "lanes", "consent", "route", "peers"],
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

@@ -28,6 +28,7 @@ from bench import (
     batching,
     cache,
     capacity,
+    consent,
     faults,
     fuzz,
     lanes,
@@ -51,6 +52,7 @@ BENCHES: dict[str, ModuleType] = {
     "batching": batching, "memory": memory, "faults": faults,
     "fuzz": fuzz,  # generated records on every topic a worker or the aggregator reads (24)
     "lanes": lanes,
+    "consent": consent,  # issue 21: the consent threshold's FAR/FRR (espeak-ng speakers)
     "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
     "peers": peers,  # last: it starts eight processes of its own
 }

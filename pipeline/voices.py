@@ -30,7 +30,8 @@ from pipeline.reference import check_reference
 from pipeline.speaker import SpeakerEncoder, measure
 from pipeline.storage import ObjectStore
 from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
-from topics.events import VoiceRegistration, encode
+from topics.events import ConsentRef, VoiceRegistration, encode
+from topics.tenancy import record_tenant
 from topics.validation import ADHOC_PREFIX
 
 __all__ = ["ADHOC_PREFIX", "ProfileResolver", "list_voices", "register_voice", "remove_voice"]
@@ -52,14 +53,19 @@ def sniff_extension(data: bytes, fallback: str = "wav") -> str:
 
 
 def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
-                   prompt_text: str | None, language: str | None) -> VoiceRegistration:
-    keys.voice_prefix(voice_id)  # raises on a path-like ID before anything is written
+                   prompt_text: str | None, language: str | None,
+                   tenant: str | None = None,
+                   consent: ConsentRef | None = None) -> VoiceRegistration:
+    """`consent`: the speaker's consent, already matched and kept under the voice
+    (pipeline.consent.keep_with_voice); the gateway and the CLI never register without it."""
+    # raises on a path-like ID or tenant before anything is written
+    keys.voice_prefix(voice_id, tenant=tenant)
     report = check_reference(reference)
     if not report.ok:
         raise VoiceFactoryError(ErrorCode.REFERENCE_INVALID, "; ".join(report.problems))
     ext = sniff_extension(reference)
-    ref_key = keys.voice_reference_key(voice_id, ext)
-    for stale in store.list_prefix(keys.voice_prefix(voice_id)):
+    ref_key = keys.voice_reference_key(voice_id, ext, tenant=tenant)
+    for stale in store.list_prefix(keys.voice_prefix(voice_id, tenant=tenant)):
         if stale != ref_key and stale.rsplit("/", 1)[-1].startswith("reference."):
             store.delete(stale)  # a re-registration in another format: one reference only
     store.put(ref_key, reference, content_type=f"audio/{ext}")
@@ -70,8 +76,11 @@ def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         prompt_text=prompt_text,
         language=language,
+        tenant=record_tenant(tenant),
+        consent=consent,
     )
-    store.put(keys.voice_json_key(voice_id), encode(event), content_type="application/json")
+    store.put(keys.voice_json_key(voice_id, tenant=tenant), encode(event),
+              content_type="application/json")
     return event
 
 
