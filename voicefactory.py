@@ -121,12 +121,17 @@ def cmd_voices(args: argparse.Namespace) -> int:
         asyncio.run(publish_voice_tombstone(settings, args.voice_id))
         print(f"removed {args.voice_id}: {removed} object(s) deleted, tombstone produced")
         return EXIT_OK
-    from pipeline.voices import register_voice
+    from pipeline.consent import register_with_consent
 
-    event = register_voice(store, voice_id=args.voice_id, reference=Path(args.file).read_bytes(),
-                           prompt_text=args.text, language=args.language)
+    event = register_with_consent(
+        store, voice_id=args.voice_id, reference=Path(args.file).read_bytes(),
+        prompt_text=args.text, language=args.language,
+        recording=Path(args.consent).read_bytes(), speaker=args.speaker or args.voice_id,
+        statement=args.consent_statement, threshold=settings.gateway.consent_threshold)
     asyncio.run(publish_voice(settings, event))
-    print(f"registered {event.voice_id}: {event.reference} sha256={event.sha256[:16]}")
+    assert event.consent is not None
+    print(f"registered {event.voice_id}: {event.reference} sha256={event.sha256[:16]} "
+          f"consent {event.consent.id} (similarity {event.consent.similarity:.3f})")
     return EXIT_OK
 
 
@@ -394,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("file")
     add.add_argument("--text", help="transcript of the reference (recommended)")
     add.add_argument("--language")
+    add.add_argument("--consent", required=True, metavar="FILE",
+                     help="the speaker saying the consent statement; must be the reference's "
+                          "speaker (VF_CONSENT_THRESHOLD, docs/voices.md)")
+    add.add_argument("--consent-statement", help="the words said in the consent recording "
+                     "(default: the standard statement naming the speaker)")
+    add.add_argument("--speaker", help="the speaker's name (default: the voice ID)")
     common(vsub.add_parser("list", help="list registered voices"))
     rm = common(vsub.add_parser("rm", help="delete a voice: its objects and a tombstone on "
                                            "tts.voices"))

@@ -238,6 +238,10 @@ class GatewaySettings(_Checked):
     lag_interval_s: float = var("VF_GATEWAY_LAG_INTERVAL_S", 2.0, gt=0.0)
     timeout_s: float = var("VF_GATEWAY_TIMEOUT_S", 120.0, gt=0.0)  # a speech request's whole answer
     group_id: str = var("VF_GATEWAY_GROUP_ID", "vf-gateway")  # reply partitions of tts.audio
+    # GE2E cosine a consent recording must reach against the voice sample (docs/voices.md,
+    # "Consent"); the default is pipeline.consent.DEFAULT_THRESHOLD, measured by
+    # `voicefactory bench consent`. Also what `voices add --consent` applies.
+    consent_threshold: float = var("VF_CONSENT_THRESHOLD", 0.92, ge=-1.0, le=1.0)
 
     def keys_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.keys_file) if self.keys_file else state_dir(environ) / "gateway-keys"

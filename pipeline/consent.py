@@ -15,6 +15,7 @@ use (POST /v1/audio/voices, POST /v1/voices, `voices add`):
      pending `consents/{id}/` objects are deleted; the returned `ConsentRef` goes into the
      voice's `tts.voice.v1` event. So one consent registers one voice, and removing the
      voice (everything under its prefix) removes the last copy of the recording.
+`register_with_consent` is the three steps and register_voice in one call (CLI, demo).
 The threshold (VF_CONSENT_THRESHOLD, default DEFAULT_THRESHOLD) was measured on espeak-ng
 speakers by `voicefactory bench consent` (bench/consent.py; docs/voices.md has the table).
 """
@@ -33,8 +34,9 @@ from pipeline.audio import Audio
 from pipeline.reference import ReferenceReport, check_reference
 from pipeline.speaker import SpeakerEncoder, cosine
 from pipeline.storage import ObjectStore
+from pipeline.voices import register_voice
 from topics.errors import ErrorCode, VoiceFactoryError
-from topics.events import ConsentRef
+from topics.events import ConsentRef, VoiceRegistration
 from topics.tenancy import record_tenant
 
 # GE2E cosine at or above which a consent recording and a reference count as one speaker.
@@ -193,3 +195,29 @@ def keep_with_voice(store: ObjectStore, record: ConsentRecord, recording: bytes,
     return ConsentRef(id=record.id, recording=f"s3://{store.bucket}/{key}",
                       statement=record.statement, speaker=record.speaker,
                       recorded_at=record.recorded_at, similarity=result.similarity)
+
+
+def register_with_consent(store: ObjectStore, *, voice_id: str, reference: bytes,
+                          prompt_text: str | None, language: str | None, recording: bytes,
+                          speaker: str, statement: str | None = None,
+                          encoder: SpeakerEncoder | None = None,
+                          threshold: float = DEFAULT_THRESHOLD,
+                          tenant: str | None = None) -> VoiceRegistration:
+    """`voices add --consent` and the demo: store the consent, match it with the reference,
+    register the voice with it. A failed match leaves nothing behind."""
+    report = check_reference(reference)
+    if not report.ok or report.audio is None:
+        raise VoiceFactoryError(ErrorCode.REFERENCE_INVALID, "; ".join(report.problems))
+    record = create_consent(store, speaker=speaker, recording=recording, language=language,
+                            statement=statement, tenant=tenant)
+    result = match(check_recording(recording), report.audio, encoder or SpeakerEncoder(),
+                   threshold)
+    try:
+        ref = keep_with_voice(store, record, recording, voice_id=voice_id, result=result,
+                              tenant=tenant)
+    except ConsentError:
+        delete_consent(store, record.id, tenant=tenant)
+        raise
+    return register_voice(store, voice_id=voice_id, reference=reference,
+                          prompt_text=prompt_text, language=language, tenant=tenant,
+                          consent=ref)

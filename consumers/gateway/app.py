@@ -35,7 +35,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import console, console_api, openapi, resources
+from consumers.gateway import consents, console, console_api, openapi, resources
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
 from consumers.gateway.runtime import Gateway
@@ -162,7 +162,7 @@ def build_app(gateway: Gateway) -> ASGIApp:
 
     app = Starlette(routes=[
         Route("/v1/audio/speech", speech, methods=["POST"]),
-        *resources.routes(), *console_api.routes(), *console.routes(),
+        *resources.routes(), *consents.routes(), *console_api.routes(), *console.routes(),
         Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics),
         Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
@@ -183,9 +183,12 @@ _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+/clips\.zip"), "/v1/jobs/{id}/clips.zip"),
            (re.compile(r"/v1/jobs/[^/]+/timeline"), "/v1/jobs/{id}/timeline"),
            (re.compile(r"/v1/jobs/[^/]+/rerun"), "/v1/jobs/{id}/rerun"),
+           (re.compile(r"/v1/audio/voice_consents/[^/]+"), "/v1/audio/voice_consents/{id}"),
            (re.compile(r"/console(/.*)?"), "/console"))
 _KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/healthz", "/readyz",
-          "/metrics"}
+          "/metrics", "/v1/audio/voice_consents", "/v1/audio/voices"}
+# Routes that take audio uploads: the upload limit instead of the body limit.
+_UPLOADS = frozenset({"/v1/voices", "/v1/audio/voice_consents", "/v1/audio/voices"})
 
 
 def route_label(path: str) -> str:
@@ -225,9 +228,9 @@ class Guard:
             self.gateway.metrics.on_response(route_label(path), status[0])
 
     def _body_limit(self, scope: Scope) -> int:
-        """Voice uploads (POST /v1/voices) carry reference audio: their own, larger limit."""
+        """Voice and consent uploads carry audio: their own, larger limit."""
         limits = self.gateway.settings.gateway
-        if scope["path"] == "/v1/voices" and scope["method"] == "POST":
+        if scope["path"] in _UPLOADS and scope["method"] == "POST":
             return limits.max_upload_bytes
         return limits.max_body_bytes
 
