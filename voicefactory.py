@@ -133,12 +133,18 @@ def cmd_voices(args: argparse.Namespace) -> int:
         asyncio.run(publish_voice_tombstone(settings, args.voice_id, tenant=args.tenant))
         print(f"removed {args.voice_id}: {removed} object(s) deleted, tombstone produced")
         return EXIT_OK
-    from pipeline.voices import register_voice
+    from pipeline.consent import register_with_consent
 
-    event = register_voice(store, voice_id=args.voice_id, reference=Path(args.file).read_bytes(),
-                           prompt_text=args.text, language=args.language, tenant=args.tenant)
+    event = register_with_consent(
+        store, voice_id=args.voice_id, reference=Path(args.file).read_bytes(),
+        prompt_text=args.text, language=args.language,
+        recording=Path(args.consent).read_bytes(), speaker=args.speaker or args.voice_id,
+        statement=args.consent_statement, threshold=settings.gateway.consent_threshold,
+        tenant=args.tenant)
     asyncio.run(publish_voice(settings, event))
-    print(f"registered {event.voice_id}: {event.reference} sha256={event.sha256[:16]}")
+    assert event.consent is not None
+    print(f"registered {event.voice_id}: {event.reference} sha256={event.sha256[:16]} "
+          f"consent {event.consent.id} (similarity {event.consent.similarity:.3f})")
     return EXIT_OK
 
 
@@ -195,6 +201,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import logging
 
+    if args.suite == "consent":
+        return _bench_consent(args)
     if args.suite != "assignors":
         from bench.runner import main as run_benchmarks
         from deploy.local import stack
@@ -211,6 +219,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # rebalances are the point here
     print("measuring partition movement per assignor on the real broker ...", file=sys.stderr)
     print(table(asyncio.run(run_all(_settings(args)))))
+    return EXIT_OK
+
+
+def _bench_consent(args: argparse.Namespace) -> int:
+    """The consent threshold's FAR/FRR on espeak-ng speakers: needs no stack."""
+    import orjson
+
+    from bench.consent import measure
+
+    print("measuring speaker similarity of espeak-ng speakers (GE2E) ...", file=sys.stderr)
+    outcome = measure(quick=args.quick)
+    print(outcome.table)
+    for note in outcome.notes:
+        print(f"- {note}")
+    print(orjson.dumps(outcome.figures).decode())
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_bytes(orjson.dumps(outcome.figures, option=orjson.OPT_INDENT_2))
     return EXIT_OK
 
 
@@ -407,6 +433,12 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--text", help="transcript of the reference (recommended)")
     add.add_argument("--language")
     owned(add)
+    add.add_argument("--consent", required=True, metavar="FILE",
+                     help="the speaker saying the consent statement; must be the reference's "
+                          "speaker (VF_CONSENT_THRESHOLD, docs/voices.md)")
+    add.add_argument("--consent-statement", help="the words said in the consent recording "
+                     "(default: the standard statement naming the speaker)")
+    add.add_argument("--speaker", help="the speaker's name (default: the voice ID)")
     owned(common(vsub.add_parser("list", help="list registered voices")))
     rm = common(vsub.add_parser("rm", help="delete a voice: its objects and a tombstone on "
                                            "tts.voices"))
@@ -448,20 +480,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = common(sub.add_parser("bench", help="benchmarks on the running stack"))
     bench.add_argument("suite", nargs="?",
-                       choices=["all", "assignors", "peers", "route", "fuzz"],
+                       choices=["all", "assignors", "peers", "route", "fuzz", "consent"],
                        default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
                             "memory, faults, fuzz, lanes, route, peers (docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
                             "peers: only nginx + model servers against the fleet; "
                             "route: only fleet routing (one narrator, one brand voice, "
-                            "kill -9); fuzz: only the fuzz suite at bench size")
+                            "kill -9); fuzz: only the fuzz suite at bench size; "
+                            "consent: the consent threshold's FAR/FRR (no stack needed)")
     bench.add_argument("--quick", action="store_true",
                        help="shorter durations and counts, same figures (`make bench`)")
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults", "fuzz", "lanes", "route", "peers"],
+                                "memory", "faults", "fuzz", "lanes", "consent", "route", "peers"],
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

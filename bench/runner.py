@@ -28,6 +28,7 @@ from bench import (
     batching,
     cache,
     capacity,
+    consent,
     faults,
     fuzz,
     lanes,
@@ -50,6 +51,7 @@ BENCHES: dict[str, ModuleType] = {
     "overhead": overhead, "capacity": capacity, "cache": cache, "restart": restart,
     "batching": batching, "memory": memory, "faults": faults,
     "fuzz": fuzz,  # generated records on every topic a worker or the aggregator reads (24)
+    "consent": consent,  # issue 21: the consent threshold's FAR/FRR (espeak-ng speakers)
     "lanes": lanes,
     "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
     "peers": peers,  # last: it starts eight processes of its own

@@ -251,6 +251,10 @@ class GatewaySettings(_Checked):
                                hint="S3 presigned URLs last at most 7 days")
     # a tenant's usage is read from the store at most this often per replica (quotas, /v1/usage)
     usage_cache_s: float = var("VF_GATEWAY_USAGE_CACHE_S", 5.0, ge=0.0)
+    # GE2E cosine a consent recording must reach against the voice sample (docs/voices.md,
+    # "Consent"); the default is pipeline.consent.DEFAULT_THRESHOLD, measured by
+    # `voicefactory bench consent`. Also what `voices add --consent` applies.
+    consent_threshold: float = var("VF_CONSENT_THRESHOLD", 0.92, ge=-1.0, le=1.0)
 
     def keys_path(self, environ: Mapping[str, str] | None = None) -> Path:
         return Path(self.keys_file) if self.keys_file else state_dir(environ) / "gateway-keys"

@@ -34,7 +34,7 @@ from pipeline.reference import check_reference
 from pipeline.speaker import SpeakerEncoder, measure
 from pipeline.storage import ObjectStore
 from topics.errors import ErrorCode, InvalidRequest, VoiceFactoryError
-from topics.events import VoiceRegistration, encode
+from topics.events import ConsentRef, VoiceRegistration, encode
 from topics.tenancy import DEFAULT_TENANT, record_tenant, scoped_id, tenant_of, tenant_root
 from topics.validation import ADHOC_PREFIX
 
@@ -64,7 +64,10 @@ def voice_topic_key(voice_id: str, tenant: str | None = None) -> bytes:
 
 def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
                    prompt_text: str | None, language: str | None,
-                   tenant: str | None = None) -> VoiceRegistration:
+                   tenant: str | None = None,
+                   consent: ConsentRef | None = None) -> VoiceRegistration:
+    """`consent`: the speaker's consent, already matched and kept under the voice
+    (pipeline.consent.keep_with_voice); the gateway and the CLI never register without it."""
     # raises on a path-like ID or tenant before anything is written
     keys.voice_prefix(voice_id, tenant=tenant)
     report = check_reference(reference)
@@ -84,6 +87,7 @@ def register_voice(store: ObjectStore, *, voice_id: str, reference: bytes,
         prompt_text=prompt_text,
         language=language,
         tenant=record_tenant(tenant),
+        consent=consent,
     )
     store.put(keys.voice_json_key(voice_id, tenant=tenant), encode(event),
               content_type="application/json")

@@ -1,6 +1,7 @@
 """`voicefactory demo`: the whole product on the local stack in one command.
 
-dev up (by the CLI) -> make a reference clip with espeak-ng -> register it as a voice -> run
+dev up (by the CLI) -> make a reference clip with espeak-ng, and the speaker's consent
+recording with the same espeak-ng voice -> register it as a voice with that consent -> run
 a worker in this process (`consumers.wiring.build_worker`, metrics port off) -> request
 three lines (Mandarin, Cantonese, English) -> wait for the results -> download each clip
 into the out folder (default <state dir>/demo) -> print where everything is -> stop the
@@ -21,7 +22,7 @@ from consumers.clients.produce import new_request_id, publish_voice, request_and
 from consumers.settings import Settings
 from consumers.wiring import build_worker
 from pipeline.audio import decode, speech_seconds
-from pipeline.voices import register_voice
+from pipeline.consent import register_with_consent, statement_for
 from topics.events import SynthesisRequest
 
 DEMO_VOICE = "demo-narrator"
@@ -34,11 +35,19 @@ LINES = [
 ]
 
 
-def make_reference(path: Path) -> bytes:
+DEMO_SPEAKER = "Demo Narrator"
+
+
+def make_reference(path: Path, text: str = REFERENCE_TEXT) -> bytes:
     path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(path), REFERENCE_TEXT],
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(path), text],
                    check=True)
     return path.read_bytes()
+
+
+def make_consent(path: Path, speaker: str = DEMO_SPEAKER) -> bytes:
+    """The consent statement, said by the reference's own (espeak-ng) voice."""
+    return make_reference(path, statement_for(speaker))
 
 
 async def run_demo(settings: Settings, out_dir: Path, out: TextIO = sys.stdout) -> int:
@@ -47,10 +56,14 @@ async def run_demo(settings: Settings, out_dir: Path, out: TextIO = sys.stdout) 
     # metrics_port -1: the demo's worker must not collide with a real worker's port.
     runtime = build_worker(settings.with_overrides(worker={"metrics_port": -1}))
     reference = make_reference(out_dir / "reference.wav")
-    voice = register_voice(runtime.store, voice_id=DEMO_VOICE, reference=reference,
-                           prompt_text=REFERENCE_TEXT, language="en")
+    voice = register_with_consent(
+        runtime.store, voice_id=DEMO_VOICE, reference=reference, prompt_text=REFERENCE_TEXT,
+        language="en", recording=make_consent(out_dir / "consent.wav"), speaker=DEMO_SPEAKER,
+        threshold=settings.gateway.consent_threshold)
     await publish_voice(settings, voice)
-    print(f"voice {DEMO_VOICE}: registered ({voice.reference})", file=out)
+    assert voice.consent is not None
+    print(f"voice {DEMO_VOICE}: registered ({voice.reference}) with consent "
+          f"{voice.consent.id} (speaker similarity {voice.consent.similarity:.3f})", file=out)
     worker = runtime.worker
     worker_task = asyncio.create_task(worker.run())
     requests = [SynthesisRequest(request_id=new_request_id(), voice_id=DEMO_VOICE, text=text,

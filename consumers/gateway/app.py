@@ -40,7 +40,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import console, console_api, openapi, resources, scopes, usage
+from consumers.gateway import consents, console, console_api, openapi, resources, scopes, usage
 from consumers.gateway.audit import AuditUnavailable
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
@@ -162,7 +162,8 @@ def build_app(gateway: Gateway) -> ASGIApp:
 
     app = Starlette(routes=[
         Route("/v1/audio/speech", speech, methods=["POST"]),
-        *resources.routes(), *console_api.routes(), *console.routes(), *usage.routes(),
+        *resources.routes(), *consents.routes(), *console_api.routes(), *console.routes(),
+        *usage.routes(),
         Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,
                                               VoiceFactoryError: _store_error,
@@ -184,8 +185,12 @@ _ROUTES = ((re.compile(r"/v1/voices/[^/]+"), "/v1/voices/{id}"),
            (re.compile(r"/v1/jobs/[^/]+/timeline"), "/v1/jobs/{id}/timeline"),
            (re.compile(r"/v1/jobs/[^/]+/rerun"), "/v1/jobs/{id}/rerun"),
            (re.compile(r"/v1/jobs/[^/]+/cancel"), "/v1/jobs/{id}/cancel"),
+           (re.compile(r"/v1/audio/voice_consents/[^/]+"), "/v1/audio/voice_consents/{id}"),
            (re.compile(r"/console(/.*)?"), "/console"))
-_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/v1/usage"}
+_KNOWN = {"/v1/audio/speech", "/v1/voices", "/v1/jobs", "/v1/fleet", "/v1/usage",
+          "/v1/audio/voice_consents", "/v1/audio/voices"}
+# Routes that take audio uploads: the upload limit instead of the body limit.
+_UPLOADS = frozenset({"/v1/voices", "/v1/audio/voice_consents", "/v1/audio/voices"})
 
 
 def route_label(path: str) -> str:
@@ -225,9 +230,9 @@ class Guard:
             self.gateway.metrics.on_response(route_label(path), status[0])
 
     def _body_limit(self, scope: Scope) -> int:
-        """Voice uploads (POST /v1/voices) carry reference audio: their own, larger limit."""
+        """Voice and consent uploads carry audio: their own, larger limit."""
         limits = self.gateway.settings.gateway
-        if scope["path"] == "/v1/voices" and scope["method"] == "POST":
+        if scope["path"] in _UPLOADS and scope["method"] == "POST":
             return limits.max_upload_bytes
         return limits.max_body_bytes
 

@@ -33,7 +33,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from consumers.gateway import audio, console_api, resources, scopes, usage
+from consumers.gateway import audio, consents, console_api, resources, scopes, usage
 from consumers.gateway.speech import SpeechBody
 from topics.validation import OPUS_RATES, REQUEST_ID_MAX
 
@@ -114,7 +114,8 @@ _TYPES: tuple[type[msgspec.Struct], ...] = (
     resources.VoiceCreated, resources.VoiceCheck, resources.VoiceList, resources.VoiceDeleted,
     resources.JobQueued, resources.JobFinished, resources.JobRunning, resources.JobCancelled,
     console_api.JobTimeline, console_api.Fleet, usage.UsageAnswer, ApiError, Health, Readiness,
-    AudioDelta, AudioDone, StreamError)
+    AudioDelta, AudioDone, StreamError, consents.VoiceConsent, consents.ConsentDeleted,
+    consents.CustomVoice)
 
 # Served without a description: the web console's static files under /console (the page, its
 # script and style; consumers.gateway.console), which are not API operations.
@@ -179,6 +180,8 @@ _MONTH = {"in": "query", "name": "month", "required": False,
           "description": "The UTC month, YYYY-MM; absent: the current one",
           "schema": {"type": "string", "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])$"}}
 _BAD_ID = _error("The ID is malformed: [A-Za-z0-9._:-], no '..' (`invalid_request`)")
+_NO_CONSENT = _error("No pending consent of this ID in the caller's tenant "
+                     "(`consent_not_found`)")
 _NO_JOB = _error("No finished version of the job (`job_not_found`)")
 _CLIP_AUDIO = {media: {"type": "string", "format": "binary"}
                for media in dict.fromkeys([*console_api.AUDIO_TYPES.values(),
@@ -232,10 +235,40 @@ OPERATIONS: tuple[Operation, ...] = (
                   201: _json("VoiceCreated", "Registered, with the reference's verdict table"),
                   400: _error("The `reference` file part is missing, a text part breaks a "
                               "rule, the form is malformed or `dry_run` is none of its "
-                              "values (`invalid_request`)"),
+                              "values (`invalid_request`); no consent (`consent_required`)"),
                   415: _error("Not multipart/form-data (`unsupported_media_type`)"),
+                  404: _NO_CONSENT,
                   422: _error("The reference breaks a rule (`reference_invalid`); `checks` "
-                              "is the verdict table"),
+                              "is the verdict table; the consent recording breaks one "
+                              "(`consent_invalid`) or is another speaker's "
+                              "(`consent_mismatch`)"),
+                  503: _STORE_DOWN}),
+    Operation("post", "/v1/audio/voice_consents", "createVoiceConsent",
+              "Store a speaker's consent recording (OpenAI's shape)", tag="voices",
+              body={"multipart/form-data": _ref("ConsentUpload")}, answers={
+                  201: _json("VoiceConsent", "Stored, pending: name it in a voice upload"),
+                  400: _error("A part is missing or unknown (`invalid_request`)"),
+                  415: _error("Not multipart/form-data (`unsupported_media_type`)"),
+                  422: _error("The recording breaks a rule (`consent_invalid`)"),
+                  503: _STORE_DOWN}),
+    Operation("get", "/v1/audio/voice_consents/{id}", "getVoiceConsent",
+              "A pending consent of the caller's tenant", tag="voices", answers={
+                  200: _json("VoiceConsent", "The consent"), 404: _NO_CONSENT,
+                  503: _STORE_DOWN}),
+    Operation("delete", "/v1/audio/voice_consents/{id}", "deleteVoiceConsent",
+              "Delete a pending consent and its recording", tag="voices", answers={
+                  200: _json("ConsentDeleted", "Deleted"), 404: _NO_CONSENT,
+                  503: _STORE_DOWN}),
+    Operation("post", "/v1/audio/voices", "createCustomVoice",
+              "Register a voice from a sample and a consent (OpenAI's shape)", tag="voices",
+              body={"multipart/form-data": _ref("CustomVoiceUpload")}, answers={
+                  201: _json("CustomVoice", "Registered in the caller's tenant"),
+                  400: _error("`name` is not a voice ID (`invalid_request`), or `consent` "
+                              "is missing (`consent_required`)"),
+                  404: _NO_CONSENT,
+                  415: _error("Not multipart/form-data (`unsupported_media_type`)"),
+                  422: _error("The sample breaks a rule (`reference_invalid`), or the "
+                              "consent's speaker is not the sample's (`consent_mismatch`)"),
                   503: _STORE_DOWN}),
     Operation("get", "/v1/voices/{id}", "getVoice", "One voice", tag="voices", answers={
         200: _json("Voice", "The voice"), 400: _BAD_ID,
@@ -387,9 +420,10 @@ def _operation(op: Operation) -> dict[str, Any]:
     spec: dict[str, Any] = {"operationId": op.operation_id, "summary": op.summary,
                             "tags": [op.tag], "responses": _answers(op)}
     if "{id}" in op.path:
-        kind = "voice" if op.path.startswith("/v1/voices") else "job"
+        kind = "voice" if op.path.startswith("/v1/voices") else \
+            "consent" if op.path.startswith("/v1/audio/") else "job"
         spec["parameters"] = [{**_ID, "description": f"The {kind} ID",
-                               "schema": _ref("VoiceId" if kind == "voice" else "JobId")}]
+                               "schema": _ref("JobId" if kind == "job" else "VoiceId")}]
     if op.parameters:
         spec["parameters"] = [*spec.get("parameters", []), *op.parameters]
     if op.body is not None:
@@ -410,8 +444,24 @@ def _components() -> dict[str, Any]:
     upload["properties"]["reference"] = {
         "type": "string", "format": "binary",
         "description": "The reference clip (wav/flac/mp3/ogg/m4a, 3-30 s of speech)"}
+    upload["properties"]["consent_recording"] = {
+        "type": "string", "format": "binary",
+        "description": "The speaker saying the consent statement (instead of `consent`)"}
     upload["required"] = ["reference"]
     schemas["VoiceUpload"] = upload
+    audio_part = {"type": "string", "format": "binary"}
+    text = {"type": "string", "minLength": 1}
+    schemas["ConsentUpload"] = {
+        "title": "ConsentUpload", "type": "object", "additionalProperties": False,
+        "required": ["name", "recording"],
+        "properties": {"name": {**text, "maxLength": 200, "description": "The speaker"},
+                       "recording": audio_part, "language": {**text, "maxLength": 35},
+                       "statement": {**text, "maxLength": 1000}}}
+    schemas["CustomVoiceUpload"] = {
+        "title": "CustomVoiceUpload", "type": "object", "additionalProperties": False,
+        "required": ["name", "consent", "audio_sample"],
+        "properties": {"name": _ref("VoiceId"), "consent": _ref("VoiceId"),
+                       "audio_sample": audio_part}}
     # Rules across fields, which msgspec types cannot carry: a line's voice is its own or the
     # script's; opus runs at OPUS_RATES only, the line's format or, absent, the script's.
     opus_rate = {"properties": {"sample_rate": {"enum": [*OPUS_RATES, None]}}}

@@ -1,13 +1,16 @@
 """Voices and jobs over HTTP: the CLI's registry and job flow behind /v1/voices and /v1/jobs.
 
-POST /v1/voices (multipart: `reference` file, `transcript`, optional `voice_id`, `language`)
+POST /v1/voices (multipart: `reference` file, `transcript`, optional `voice_id`, `language`;
+  the speaker's consent as a `consent` ID or a `consent_recording` file part)
   -> `check_reference` (422 with the verdict table as JSON when a rule fails; `?dry_run=1`
      stops here: 200 with the table, nothing stored or produced)
-  -> the audit event (`gw.audit.record`, consumers/gateway/audit.py; not written: 503)
-  -> `register_voice` (the CLI's `voices add`) -> the event on tts.voices.
+  -> consents.consented_voice (400 `consent_required`, 404 `consent_not_found`, 422
+     `consent_invalid` / `consent_mismatch`) -> the audit event (`gw.audit.record`,
+     consumers/gateway/audit.py; not written: 503) -> `register_voice` (the CLI's
+     `voices add`), in the caller's tenant -> the event on tts.voices.
 GET /v1/voices, GET /v1/voices/{id}: voice.json objects; DELETE: audit event, then
-  `remove_voice` + tombstone. A job's submission and re-run are audited before their
-  requests are produced.
+  `remove_voice` (the consent recording with it) + tombstone. A job's submission and
+  re-run are audited before their requests are produced.
 POST /v1/jobs (a script as JSON, what `job run` reads) -> `parse_script` (400) -> the
   tenant's monthly quota (429 `quota_exceeded`, consumers.gateway.usage; rerun too) ->
   `consumers.clients.jobs.submit`, the very operation of `job run` (400 naming unknown
@@ -57,6 +60,7 @@ from starlette.routing import Route
 
 from consumers.clients.jobs import UnknownVoices, submit, submit_rerun
 from consumers.clients.revisions import RevisionError, UnknownJob, latest_finished
+from consumers.gateway import consents
 from consumers.gateway.keys import Tenant
 from consumers.gateway.progress import job_progress
 from consumers.gateway.runtime import Gateway
@@ -64,6 +68,7 @@ from consumers.gateway.serve import json_error
 from consumers.gateway.speech import NO_NUL, SPACE, LanguageTag, VoiceId
 from consumers.gateway.usage import over_quota
 from pipeline import keys
+from pipeline.consent import ConsentError
 from pipeline.jobscript import ScriptError, decode_manifest, parse_script
 from pipeline.reference import ReferenceReport, check_reference
 from pipeline.storage import ObjectStore
@@ -71,7 +76,6 @@ from pipeline.voices import (
     list_voices,
     owns_key,
     read_voice,
-    register_voice,
     remove_voice,
     voice_topic_key,
 )
@@ -106,6 +110,13 @@ class VoiceForm(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     transcript: Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS, pattern=NO_NUL)] \
         | UnsetType = UNSET
     language: LanguageTag | UnsetType = UNSET
+    # The speaker's consent (docs/voices.md): an ID from POST /v1/audio/voice_consents, or
+    # a `consent_recording` file part with the speaker's name and the statement read.
+    consent: VoiceId | UnsetType = UNSET
+    consent_speaker: Annotated[str, msgspec.Meta(min_length=1, max_length=200,
+                                                 pattern=NO_NUL)] | UnsetType = UNSET
+    consent_statement: Annotated[str, msgspec.Meta(max_length=1000, pattern=NO_NUL)] \
+        | UnsetType = UNSET
 
 
 class ScriptLine(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -293,14 +304,18 @@ async def create_voice(request: Request) -> Response:
         return json_error(415, "POST /v1/voices takes multipart/form-data with a `reference` "
                                "file", "unsupported_media_type")
     limit = gw.settings.gateway.max_upload_bytes
-    async with request.form(max_files=1, max_fields=8, max_part_size=limit) as form:
+    async with request.form(max_files=2, max_fields=8, max_part_size=limit) as form:
         upload = form.get("reference")
         if not isinstance(upload, UploadFile):
             return json_error(400, "the `reference` file part is missing", "invalid_request",
                               param="reference")
         data = await upload.read()
+        consent_upload = form.get("consent_recording")
+        recording = (await consent_upload.read()
+                     if isinstance(consent_upload, UploadFile) else None)
         # Every other part is a text part VoiceForm names: a typo is an error, not ignored.
-        parts = {k: v for k, v in form.multi_items() if k != "reference"}
+        parts = {k: v for k, v in form.multi_items()
+                 if k not in ("reference", "consent_recording")}
     try:
         if isinstance(parts.get("voice_id"), str):
             check_id("voice_id", str(parts["voice_id"]), VOICE_ID_MAX)
@@ -317,19 +332,23 @@ async def create_voice(request: Request) -> Response:
                           param="reference", checks=msgspec.to_builtins(checks))
     if dry_run:
         return _json(VoiceCheck(id=voice_id, object="voice.check", ok=True, checks=checks))
-    await gw.audit.record(request, "voice.create", voice_id)  # refused: 503, nothing stored
+    assert report.audio is not None  # report.ok
+    tenant = consents.tenant_of_request(request)
     try:
-        event = await asyncio.to_thread(
-            register_voice, gw.store, voice_id=voice_id, reference=data,
-            prompt_text=form_fields.transcript or None, language=form_fields.language or None,
-            tenant=tenant)
-    except VoiceFactoryError as exc:
-        if exc.code == ErrorCode.STORAGE_ERROR:
-            raise  # the app's 503: the caller may retry
-        return json_error(422, str(exc), str(exc.code), param="reference")
-    assert gw.producer is not None
-    await gw.producer.send_and_wait(gw.names.voices, encode(event),
-                                    key=voice_topic_key(voice_id, tenant))
+        ref = await asyncio.to_thread(
+            consents.consented_voice, gw.store, voice_id=voice_id, sample=report.audio,
+            threshold=gw.settings.gateway.consent_threshold, tenant=tenant,
+            consent_id=form_fields.consent or None, recording=recording,
+            speaker=form_fields.consent_speaker or None,
+            statement=form_fields.consent_statement or None,
+            language=form_fields.language or None)
+    except ConsentError as exc:
+        return consents.consent_error(exc)
+    event = await consents.publish(gw, request, voice_id=voice_id, reference=data, consent=ref,
+                                   tenant=tenant, prompt_text=form_fields.transcript or None,
+                                   language=form_fields.language or None)
+    if isinstance(event, Response):
+        return event
     return _json(VoiceCreated(**msgspec.structs.asdict(_voice(event)), checks=checks), 201)
 
 

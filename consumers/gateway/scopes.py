@@ -46,6 +46,10 @@ ROUTE_SCOPES: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/jobs/{id}/clips/{index}"): ("jobs",),
     ("GET", "/v1/jobs/{id}/clips.zip"): ("jobs",),
     ("GET", "/v1/jobs/{id}/timeline"): ("jobs",),
+    ("POST", "/v1/audio/voice_consents"): ("voices:write",),
+    ("GET", "/v1/audio/voice_consents/{id}"): ("voices:write",),
+    ("DELETE", "/v1/audio/voice_consents/{id}"): ("voices:write",),
+    ("POST", "/v1/audio/voices"): ("voices:write",),
     ("GET", "/v1/usage"): ("speech", "jobs"),  # the tenant's own figures: any key that spends
     ("GET", "/v1/fleet"): ADMIN,
 }

@@ -313,16 +313,22 @@ async def test_success_without_audio_is_an_error_not_an_empty_file(
 async def test_voices_over_http_share_the_cli_registry(gateway: RunningGateway, api_key: str,
                                                        gw_settings: Settings,
                                                        tmp_path: Path) -> None:
-    from consumers.clients.demo import REFERENCE_TEXT, make_reference
+    from consumers.clients.demo import REFERENCE_TEXT, make_consent, make_reference
     from consumers.wiring import make_store
     from pipeline.voices import list_voices
 
     reference = make_reference(tmp_path / "ref.wav")
+    consent = make_consent(tmp_path / "consent.wav")
     auth = {"Authorization": f"Bearer {api_key}"}
     async with httpx.AsyncClient(base_url=gateway.url, headers=auth, timeout=60) as http:
-        created = await http.post("/v1/voices", files={"reference": ("ref.wav", reference)},
-                                  data={"voice_id": "http-voice", "transcript": REFERENCE_TEXT,
-                                        "language": "en"})
+        form = {"voice_id": "http-voice", "transcript": REFERENCE_TEXT, "language": "en"}
+        unconsented = await http.post("/v1/voices", files={"reference": ("ref.wav", reference)},
+                                      data=form)
+        assert unconsented.status_code == 400
+        assert unconsented.json()["error"]["code"] == "consent_required"
+        created = await http.post("/v1/voices", data=form,
+                                  files={"reference": ("ref.wav", reference),
+                                         "consent_recording": ("consent.wav", consent)})
         assert created.status_code == 201, created.text
         assert created.json()["id"] == "http-voice"
         assert all(c["ok"] or c["advisory"] for c in created.json()["checks"])

@@ -134,9 +134,18 @@ def config(url: str, key: str) -> schemathesis.Config:
             "negative_data_rejection": {"expected-statuses": [*REFUSALS, "413"]},
         },
         # A reference clip is valid audio of 3-30 s, which no schema can say: 422 is its
-        # verdict on the bytes, not on the form.
-        "operations": [{"include-path": "/v1/voices", "include-method": "POST", "checks": {
-            "positive_data_acceptance": {"expected-statuses": [*REGISTRY_STATUSES, "422"]}}}],
+        # verdict on the bytes, not on the form. Nor can a schema say that a voice needs a
+        # consent (a `consent` ID or a `consent_recording`, 400 `consent_required`) that
+        # exists in the caller's tenant (404 `consent_not_found`) and is the sample's speaker.
+        "operations": [
+            {"include-path": "/v1/voices", "include-method": "POST", "checks": {
+                "positive_data_acceptance": {"expected-statuses": [
+                    *REGISTRY_STATUSES, "400", "404", "422"]}}},
+            {"include-path": "/v1/audio/voice_consents", "include-method": "POST", "checks": {
+                "positive_data_acceptance": {"expected-statuses": [*REGISTRY_STATUSES, "422"]}}},
+            {"include-path": "/v1/audio/voices", "include-method": "POST", "checks": {
+                "positive_data_acceptance": {"expected-statuses": [
+                    *REGISTRY_STATUSES, "404", "422"]}}}],
     })
 
 

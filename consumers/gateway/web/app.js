@@ -139,6 +139,8 @@ function voiceForm(refresh) {
   const id = el("input", { id: "v-id", type: "text", autocomplete: "off" });
   const transcript = el("textarea", { id: "v-transcript", rows: 2 });
   const language = el("input", { id: "v-language", type: "text", placeholder: "en" });
+  const consent = el("input", { id: "v-consent", type: "file", accept: "audio/*" });
+  const speaker = el("input", { id: "v-speaker", type: "text", autocomplete: "off" });
   const verdict = el("div", { id: "v-verdict", "aria-live": "polite" });
   const register = el("button", { type: "button", id: "v-register", disabled: true,
     onclick: () => add() }, "Register voice");
@@ -152,7 +154,11 @@ function voiceForm(refresh) {
     if (!chosen) throw new ApiError(400, { error: { message: "choose or record a reference" } });
     form.append("reference", chosen, chosen.name || "recording.wav");
     for (const [name, input] of [["voice_id", id], ["transcript", transcript],
-      ["language", language]]) if (input.value.trim()) form.append(name, input.value.trim());
+      ["language", language], ["consent_speaker", speaker]]) {
+      if (input.value.trim()) form.append(name, input.value.trim());
+    }
+    // The speaker's consent (docs/voices.md): checked against the reference on registration.
+    if (consent.files[0]) form.append("consent_recording", consent.files[0], consent.files[0].name);
     return form;
   }
 
@@ -215,6 +221,10 @@ function voiceForm(refresh) {
   field("Voice ID (optional)", id, "Letters, digits, dot, dash, underscore; made up when empty."),
   field("Transcript of the reference", transcript),
   field("Language (optional)", language, "A BCP-47 tag such as en, zh or yue."),
+  field("Consent recording (the same speaker saying the consent statement)", consent,
+    "Needed to register: \"I, <name>, agree that recordings of my voice may be used to " +
+    "create a synthetic version of my voice.\""),
+  field("Speaker's name", speaker, "Who gave the consent; the voice ID when empty."),
   el("div", { class: "row" }, el("button", { type: "submit", id: "v-check" }, "Check reference"),
     register),
   verdict);

@@ -47,7 +47,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
-from consumers.clients.demo import REFERENCE_TEXT, make_reference
+from consumers.clients.demo import REFERENCE_TEXT, make_consent, make_reference
 from consumers.gateway.keys import SCOPES, add_key
 from consumers.settings import (
     GatewaySettings,
@@ -170,8 +170,10 @@ def stack(bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
         _wait("gateway", lambda: httpx.get(f"http://127.0.0.1:{ops_port}/readyz").status_code
               == 200, 60, procs, tmp)
         reference = make_reference(tmp / "narrator.wav")
+        consent = make_consent(tmp / "narrator-consent.wav")
         added = httpx.post(url + "/v1/voices", headers=auth, timeout=60,
-                           files={"reference": ("narrator.wav", reference)},
+                           files={"reference": ("narrator.wav", reference),
+                                  "consent_recording": ("consent.wav", consent)},
                            data={"voice_id": "narrator-1", "transcript": REFERENCE_TEXT,
                                  "language": "en"})
         assert added.status_code == 201, added.text
@@ -288,6 +290,8 @@ def test_voices_verdict_register_play_and_delete(browser: Browser,
 
     page.set_input_files("#v-file", str(stack.logs / "narrator.wav"))
     page.fill("#v-transcript", REFERENCE_TEXT)
+    page.set_input_files("#v-consent", str(stack.logs / "narrator-consent.wav"))
+    page.fill("#v-speaker", "Console Narrator")
     page.get_by_role("button", name="Check reference").click()
     expect(verdict).to_contain_text("Every rule passes", timeout=30_000)
     expect(verdict.locator("td .bad")).to_have_count(0)
