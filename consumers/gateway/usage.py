@@ -103,7 +103,8 @@ async def over_quota(book: UsageBook, tenant: Tenant,
 async def get_usage(request: Request) -> Response:
     book: UsageBook = request.app.state.gateway.usage  # runtime.Gateway (imports this module)
     tenant: Tenant = request.state.tenant
-    month = request.query_params.get("month") or current_month()
+    # an empty ?month= is a malformed month, not "this month": the query names one or not
+    month = request.query_params.get("month", current_month())
     try:
         check_month(month)
     except ValueError as exc:

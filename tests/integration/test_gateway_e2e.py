@@ -65,7 +65,7 @@ async def stack(settings: Settings, tmp_path: Path, voice: str
                            gateway=GatewaySettings(keys_file=str(tmp_path / "keys"),
                                                    group_id=f"vf-gateway-{prefix}",
                                                    timeout_s=60.0))
-    key = add_key(gw_settings.gateway.keys_path(), "e2e", rate=100, streams=20)
+    key = add_key(gw_settings.gateway.keys_path(), "default", rate=100, streams=20)
     async with RunningWorker(settings), \
             RunningGateway(gw_settings, KeyRing(gw_settings.gateway.keys_path())) as gw:
         yield openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0), voice
@@ -165,7 +165,7 @@ async def test_20_streams_through_2_replicas_and_2_real_workers(
     voices = voices_for_both_workers(settings, tmp_path)
     gw_settings = fleet_settings(settings, tmp_path)
     keys = gw_settings.gateway.keys_path()
-    key = add_key(keys, "fleet", rate=1000, streams=40)
+    key = add_key(keys, "default", rate=1000, streams=40)  # the voices are the default tenant's
     async with bench_worker(settings, "e2e-a") as a, bench_worker(settings, "e2e-b") as b, \
             RunningGateway(gw_settings, KeyRing(keys)) as one, \
             RunningGateway(gw_settings, KeyRing(keys)) as two:
@@ -237,7 +237,7 @@ async def test_a_replica_killed_mid_stream_leaves_the_request_answered_by_the_wo
         monkeypatch.setenv(name, value)
     gw_settings = fleet_settings(settings, tmp_path)
     keys = gw_settings.gateway.keys_path()
-    key = add_key(keys, "fleet", rate=1000, streams=40)
+    key = add_key(keys, "default", rate=1000, streams=40)  # the voices are the default tenant's
     doomed_text = "A long line for the doomed replica, which is killed while the worker " \
                   "is still speaking it."
     async with bench_worker(settings, "e2e-a"), bench_worker(settings, "e2e-b"), \

@@ -21,7 +21,7 @@ from aiokafka import TopicPartition
 
 import voicefactory
 from consumers.clients.audit import tail_audit
-from consumers.clients.demo import REFERENCE_TEXT, make_reference
+from consumers.clients.demo import REFERENCE_TEXT, make_consent, make_reference
 from consumers.gateway.keys import KeyRing, key_id
 from consumers.kafka import make_consumer
 from consumers.settings import GatewaySettings, Settings
@@ -91,10 +91,12 @@ async def test_scopes_revocation_and_the_audit_trail(
     speaker, writer = speaker.strip(), writer.strip()
     say, write = ({"Authorization": f"Bearer {k}"} for k in (speaker, writer))
     reference = make_reference(tmp_path / "ref.wav")
+    consent = make_consent(tmp_path / "consent.wav")  # the same espeak-ng speaker
 
     async def upload(headers: dict[str, str]) -> httpx.Response:
         return await http.post("/v1/voices", headers=headers,
-                               files={"reference": ("ref.wav", reference)},
+                               files={"reference": ("ref.wav", reference),
+                                      "consent_recording": ("c.wav", consent)},
                                data={"voice_id": "acme-narrator", "transcript": REFERENCE_TEXT})
 
     keys = KeyRing(Path(gw_settings.gateway.keys_file), reload_s=RELOAD_S)
