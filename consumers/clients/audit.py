@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import getpass
 import socket
-import time
 from typing import TextIO
 
 import msgspec
-from aiokafka import TopicPartition
 
-from consumers.kafka import make_consumer, make_producer
+from consumers.clients.tail import follow_topic
+from consumers.kafka import make_producer
 from consumers.settings import Settings
 from pipeline.answers import now_iso
 from topics.events import AuditEvent, decode_audit, encode
@@ -64,37 +63,10 @@ async def tail_audit(settings: Settings, *, from_beginning: bool, out: TextIO,
     """`audit tail`: one line per event (of `tenant` only, when given) on every partition,
     until interrupted (or `limit` events, or `idle_s` seconds without one). Returns the
     count printed."""
-    topic = topic_names(settings.kafka.topic_prefix).audit
-    consumer = make_consumer(settings.kafka, enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    count = 0
-    try:
-        if topic not in await consumer.topics():
-            raise RuntimeError(f"topic {topic} does not exist; run `voicefactory topics "
-                               "create`")
-        tps = [TopicPartition(topic, p) for p in range(AUDIT.partitions)]
-        consumer.assign(tps)
-        if from_beginning:
-            await consumer.seek_to_beginning(*tps)
-        else:
-            await consumer.seek_to_end(*tps)
-        last = time.monotonic()
-        while limit is None or count < limit:
-            if idle_s is not None and time.monotonic() - last > idle_s:
-                break
-            batches = await consumer.getmany(timeout_ms=250)
-            for record in sorted((r for b in batches.values() for r in b),
-                                 key=lambda r: r.timestamp):
-                line = _line_of(record.value, tenant)
-                if line is None or (limit is not None and count >= limit):
-                    continue
-                out.write(line + "\n")
-                count += 1
-                last = time.monotonic()
-            out.flush()
-    finally:
-        await consumer.stop()
-    return count
+    return await follow_topic(
+        settings, topic_names(settings.kafka.topic_prefix).audit, AUDIT.partitions,
+        lambda raw: _line_of(raw, tenant), from_beginning=from_beginning, out=out,
+        limit=limit, idle_s=idle_s)
 
 
 def _line_of(raw: bytes | None, tenant: str | None) -> str | None:

@@ -296,18 +296,6 @@ def _close_version(store: MemoryStore, job_id: str, version: int, *, failed: set
     store.put(job_json_key(job_id, version), encode(event), "application/json")
 
 
-@pytest.fixture
-def produced(gateway: Gateway) -> list[SynthesisRequest]:
-    out: list[SynthesisRequest] = []
-
-    async def produce(topic: str, requests: list[SynthesisRequest],
-                      partition: int | None = None) -> None:
-        out.extend(requests)
-
-    gateway.produce = produce  # type: ignore[method-assign]
-    return out
-
-
 def test_a_rerun_is_the_next_version_of_the_same_job(
         http: TestClient, auth: dict[str, str], store: MemoryStore,
         produced: list[SynthesisRequest]) -> None:

@@ -61,18 +61,6 @@ def http(gateway: Gateway) -> Iterator[TestClient]:
     yield TestClient(build_app(gateway), raise_server_exceptions=False)
 
 
-@pytest.fixture
-def produced(gateway: Gateway) -> list[SynthesisRequest]:
-    out: list[SynthesisRequest] = []
-
-    async def produce(topic: str, requests: list[SynthesisRequest],
-                      partition: int | None = None) -> None:
-        out.extend(requests)
-
-    gateway.produce = produce  # type: ignore[method-assign]
-    return out
-
-
 def _key(gateway: Gateway, tmp_path: Path, tenant: str, quota: float | None = None) -> dict[
         str, str]:
     key = add_key(tmp_path / "keys", tenant, rate=1000, streams=2, monthly_audio_s=quota)
