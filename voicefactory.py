@@ -257,7 +257,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_aggregator(args: argparse.Namespace) -> int:
     from consumers import logs
-    from consumers.aggregator.app import run
+    from consumers.aggregator.app import declare_changelogs, run
     from consumers.kafka_access import refused_login
     from consumers.wiring import build_aggregator
 
@@ -271,7 +271,11 @@ def cmd_aggregator(args: argparse.Namespace) -> int:
     if refused is not None:
         print(f"error: {refused}", file=sys.stderr)
         return EXIT_FAIL
-    return run(build_aggregator(settings))
+    aggregator = build_aggregator(settings)
+    created = asyncio.run(declare_changelogs(aggregator))
+    if created:
+        print(f"created the changelog topics {', '.join(created)}", file=sys.stderr)
+    return run(aggregator)
 
 
 def cmd_job(args: argparse.Namespace) -> int:

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from minio import Minio
 
 from consumers.clients.demo import REFERENCE_TEXT, make_consent, make_reference
 from consumers.gateway.keys import KeyRing, add_key
 from consumers.settings import GatewaySettings, Settings
 from consumers.wiring import make_store
+from deploy.local import stack
 from pipeline import keys
 from tests.integration.conftest import RunningWorker
 from tests.integration.gateway_harness import RunningGateway
@@ -32,6 +34,16 @@ from topics.events import SynthesisRequest
 pytestmark = pytest.mark.integration
 
 TENANTS = ("acme", "rival", "umbra")
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """A bucket of this test's own: the session's is shared with other tests whose keys name
+    `acme` too, and this test asserts what each tenant has, exactly."""
+    bucket = f"vf-tenancy-{uuid.uuid4().hex[:8]}"
+    Minio(f"127.0.0.1:{stack.S3_PORT}", access_key=stack.S3_ACCESS_KEY,
+          secret_key=stack.S3_SECRET_KEY, secure=False).make_bucket(bucket)
+    return settings.with_overrides(store={"bucket": bucket})
 
 
 @pytest.fixture
