@@ -13,7 +13,8 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
     GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet:
         partitions, backlog/queued/inflight and slots per lane, hot voices, age, and since
         each worker started its profile cache lookups and failed results by error code),
-        the fleet's cache hit ratio and errors by code summed over the workers heard, the lag
+        the fleet's cache hit ratio and errors by code summed over the workers heard (since
+        they started, and over the last 5 minutes: `RecentErrors`), the lag
         sampler's last sample per partition of tts.requests.interactive, this replica's
         open streams and reply partitions, and its 4xx/5xx answers by route and status
         (its own vf_gateway_requests_total): no Prometheus server needed.
@@ -33,6 +34,8 @@ import functools
 import io
 import time
 import zipfile
+from collections import deque
+from collections.abc import Callable
 from typing import Literal
 
 import msgspec
@@ -137,6 +140,47 @@ class Fleet(msgspec.Struct, kw_only=True):
     interactive_lag: InteractiveLag
     gateway: ReplicaState
     errors: list[ErrorCount]
+    # the workers' failed answers of the last `recent_window_s`, as this replica saw them
+    recent_errors_by_code: list[CodeCount] = msgspec.field(default_factory=list)
+    recent_window_s: int = 0
+
+
+RECENT_WINDOW_S = 300
+MAX_SNAPSHOTS = 1_000  # a console polls every few seconds: 5 min is ~150
+
+
+class RecentErrors:
+    """Failed results by code over the last `window_s`, from the workers' counters, which
+    count since each worker started: every GET /v1/fleet keeps a snapshot, and the recent
+    count is today's counter less the oldest snapshot inside the window that has the
+    worker (a worker first seen inside the window counts from then; a counter lower than
+    before means a restart, and counts from zero)."""
+
+    def __init__(self, window_s: int = RECENT_WINDOW_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._snapshots: deque[tuple[float, dict[str, dict[str, int]]]] = deque()
+
+    def observe(self, statuses: list[WorkerStatus]) -> list[CodeCount]:
+        now = self._clock()
+        totals = {s.worker: dict(s.errors) for s in statuses}
+        self._snapshots.append((now, totals))
+        # drop snapshots older than the window, keeping the newest of those as the baseline
+        while len(self._snapshots) > 1 and (
+                self._snapshots[1][0] <= now - self.window_s
+                or len(self._snapshots) > MAX_SNAPSHOTS):
+            self._snapshots.popleft()
+        recent: dict[str, int] = {}
+        for worker, codes in totals.items():
+            base = next(snap[worker] for _, snap in self._snapshots if worker in snap)
+            for code, count in codes.items():
+                before = base.get(code, 0)
+                added = count - before if count >= before else count
+                if added > 0:
+                    recent[code] = recent.get(code, 0) + added
+        return [CodeCount(code=code, count=count)
+                for code, count in sorted(recent.items(), key=lambda e: (-e[1], e[0]))]
 
 
 def _json(obj: msgspec.Struct) -> Response:
@@ -339,7 +383,11 @@ def workers(gw: Gateway) -> list[FleetWorker]:
 async def fleet(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     limits = gw.settings.gateway
-    cache, by_code = fleet_counts(gw.fleet.router.statuses() if gw.fleet is not None else [])
+    statuses = gw.fleet.router.statuses() if gw.fleet is not None else []
+    cache, by_code = fleet_counts(statuses)
+    recent_errors: RecentErrors | None = getattr(request.app.state, "recent_errors", None)
+    if recent_errors is None:
+        recent_errors = request.app.state.recent_errors = RecentErrors()
     return _json(Fleet(
         object="fleet",
         routing="fleet" if gw.fleet is not None else "voice_id",
@@ -352,7 +400,9 @@ async def fleet(request: Request) -> Response:
         gateway=ReplicaState(instance=gw.settings.worker.instance_id,
                              open_streams=gw.limiter.open_streams(),
                              reply_partitions=sorted(gw.router.partitions)),
-        errors=responses_by_status(gw)))
+        errors=responses_by_status(gw),
+        recent_errors_by_code=recent_errors.observe(statuses),
+        recent_window_s=recent_errors.window_s))
 
 
 def routes() -> list[Route]:

@@ -637,6 +637,11 @@ async function fleetPage(live) {
         + (f.cache.hit_ratio === null ? "." : ` lookup(s) (${f.cache.store} loaded from the `
           + `store, ${f.cache.miss} computed), since each worker started.`)),
       el("h2", {}, "Worker errors by code"),
+      f.recent_errors_by_code.length ? table(`In the last ${f.recent_window_s / 60} min (as `
+        + "this page has seen them)", ["code", "results"],
+      f.recent_errors_by_code.map((e) => [e.code, String(e.count)]))
+        : el("p", { id: "f-recent-codes" }, `None in the last ${f.recent_window_s / 60} min `
+          + "(counted from when this page first looked)."),
       f.errors_by_code.length ? table("Results other than succeeded, by error code, since "
         + "each worker started", ["code", "results"],
       f.errors_by_code.map((e) => [e.code, String(e.count)]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from consumers.fleet.router import FleetRouter
 from consumers.fleet.view import FleetView
 from consumers.gateway import console
 from consumers.gateway.app import build_app, route_label
+from consumers.gateway.console_api import CodeCount, RecentErrors
 from consumers.gateway.keys import SCOPES, KeyRing, add_key
 from consumers.gateway.runtime import Gateway
 from consumers.settings import GatewaySettings, Settings
@@ -288,3 +290,39 @@ def test_a_revised_jobs_files_are_its_latest_finished_versions(
     line = http.get("/v1/jobs/ep1/timeline", headers=auth).json()
     assert line["version"] == 2 and [s["index"] for s in line["timeline"]] == [0, 1]
     assert http.get("/v1/jobs/ep1/subtitles", headers=auth).text == "1\nv2\n"
+
+
+def _with_errors(worker: str, at_ms: int = 0, **errors: int) -> WorkerStatus:
+    return WorkerStatus(worker=worker, at_ms=at_ms, interval_ms=1000, errors=errors)
+
+
+def test_recent_errors_are_the_counters_growth_inside_the_window() -> None:
+    now = [0.0]
+    recent = RecentErrors(window_s=300, clock=lambda: now[0])
+    assert recent.observe([_with_errors("w-1", engine_error=5)]) == []  # the baseline
+    now[0] = 100.0
+    grown = recent.observe([_with_errors("w-1", engine_error=7, voice_not_found=1),
+                            _with_errors("w-2", engine_error=4)])  # w-2 first seen: from now
+    assert grown == [CodeCount(code="engine_error", count=2),
+                     CodeCount(code="voice_not_found", count=1)]
+    now[0] = 350.0  # the window starts at 50 s: the 0 s snapshot is still the baseline
+    counters = [_with_errors("w-1", engine_error=9, voice_not_found=1),
+                _with_errors("w-2", engine_error=1)]  # w-2 restarted: it counts from 0
+    assert recent.observe(counters) == [CodeCount(code="engine_error", count=5),
+                                        CodeCount(code="voice_not_found", count=1)]
+    now[0] = 450.0  # the window starts at 150 s: the 100 s snapshot is the baseline now
+    assert recent.observe(counters) == [CodeCount(code="engine_error", count=3)]
+
+
+def test_the_fleet_summary_counts_recent_errors_between_looks(
+        http: TestClient, auth: dict[str, str], gateway: Gateway) -> None:
+    router = FleetRouter(partitions=12)
+    gateway.fleet = FleetView(gateway.settings.kafka, "tts.fleet", router)  # never started
+    now_ms = int(time.time() * 1000)
+    router.apply(_with_errors("w-1", now_ms, engine_error=2))
+    first = http.get("/v1/fleet", headers=auth).json()
+    assert first["recent_errors_by_code"] == [] and first["recent_window_s"] == 300
+    router.apply(_with_errors("w-1", now_ms + 500, engine_error=5))
+    second = http.get("/v1/fleet", headers=auth).json()
+    assert second["recent_errors_by_code"] == [{"code": "engine_error", "count": 3}]
+    assert second["errors_by_code"] == [{"code": "engine_error", "count": 5}]
