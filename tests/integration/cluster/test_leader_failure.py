@@ -56,6 +56,7 @@ from topics.events import (
     decode_result,
     encode,
 )
+from topics.tenancy import DEFAULT_TENANT
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -84,7 +85,8 @@ async def test_busiest_leader_killed_under_load_loses_no_acknowledged_request(
     log = tmp_path / "worker.log"
     gateway_log = tmp_path / "gateway.log"
     tag = uuid.uuid4().hex[:6]
-    key = add_key(tmp_path / "keys", "leader-kill", rate=1000, streams=CALLERS * 4)
+    # the voices above belong to the default tenant (registered without one), so the key does too
+    key = add_key(tmp_path / "keys", DEFAULT_TENANT, rate=1000, streams=CALLERS * 4)
     gateway_settings = role("gateway", VF_GATEWAY_KEYS_FILE=str(tmp_path / "keys"),
                             VF_GATEWAY_TIMEOUT_S=str(GATEWAY_TIMEOUT_S))
     worker = start_worker(worker_settings, f"leader-kill-{tag}", log, VF_METRICS_PORT="-1",
