@@ -1,0 +1,212 @@
+"""The peers bench's trace and cost model as an event simulation: routing rules compared in
+seconds, where the real bench (bench/peers.py) takes half an hour of a quiet machine.
+
+    peers.trace() + peers.slices(): the same voices (Zipf 1.1 over 1,000, seed 16), the same
+        levels, each paced at load x NOMINAL_RPS on an absolute schedule, as Load.paced sends
+    -> route: "least_conn" (nginx: the process with the fewest requests in flight, ties in
+       turn) or "fleet" (consumers.fleet.FleetRouter, fed each process's status every
+       STATUS_S of simulated time: its partitions, what runs and waits there, the voices its
+       cache holds; its own requests counted from send to answer, as the bench's client does)
+    -> PROCESSES processes x SLOTS slots: a free slot takes the queue whose oldest request is
+       oldest; fleet workers take up to MAX_BATCH of that voice as one call (VoiceBatcher),
+       model servers one request a call; a call costs 250 ms + 50 ms an item (ENGINE)
+    -> each call looks its voice up in the process's LRU of CACHE_ENTRIES profiles: a miss is
+       a profile build, counted as a first sighting (no process held the voice before) or a
+       move (another process did)
+    -> per level: p50 / p99 of arrival to end of call (no transport: the real bench adds
+       about 15 ms for Kafka and a few for nginx) and builds; builds over the levels up to
+       110 %, as the bench counts them.
+
+What it leaves out, and why the real bench still decides: the transport, CPU contention on
+the bench machine (4 processes, the broker, the S3 server and the driver on 2 cores), status
+lag beyond STATUS_S, and the store load a miss costs. Against the real full runs it gives
+nginx's builds (834 against 832 and 843 measured) and the first fleet router's with home
+queue 0 (701 against 709), and p99s some 20-40 ms under the measured ones at 70 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.peers import MAX_BATCH, NOMINAL_RPS, PROCESSES, SLOTS, plan, slices, trace
+from bench.stats import percentile
+from consumers.fleet.router import COPY_SHARE, HOME_QUEUE, FleetRouter
+from topics.fleet import MAX_HOT_VOICES, LaneLoad, WorkerStatus
+
+PARTITIONS = 12
+CACHE_ENTRIES = 256
+STATUS_S = 0.5
+BASE_S, PER_ITEM_S = 0.250, 0.050
+COUNTED_UP_TO = 1.1  # the bench counts builds over the levels both designs always run
+
+
+@dataclass
+class _Process:
+    running: int = 0
+    waiting: int = 0
+    queued: OrderedDict[str, deque[tuple[float, int]]] = field(default_factory=OrderedDict)
+    cache: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+
+class _Run:
+    """One design over the trace: arrivals routed, calls started and ended in time order."""
+
+    def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None) -> None:
+        self.batch_max = MAX_BATCH if design == "fleet" else 1
+        self.level_of = levels  # request index -> its level
+        self.router = router
+        self.procs = [_Process() for _ in range(PROCESSES)]
+        self.owned = {w: [p for p in range(PARTITIONS) if p % PROCESSES == w]
+                      for w in range(PROCESSES)}
+        self.now = 0.0
+        self.ends: list[tuple[float, int, list[tuple[float, int]]]] = []  # (end, w, items)
+        self.latency: dict[int, float] = {}
+        self.builds: dict[str, dict[str, int]] = {}
+        self.ever: set[str] = set()  # voices some process built
+        self.inflight = [0] * PROCESSES
+        self.turn = 0  # least_conn's round-robin among ties
+        self.next_status = 0.0
+
+    def arrive(self, at: float, i: int, voice: str) -> None:
+        self.end_calls(until=at)
+        self.now = at
+        w = self.route(i, voice)
+        self.inflight[w] += 1
+        proc = self.procs[w]
+        proc.queued.setdefault(voice, deque()).append((at, i))
+        proc.waiting += 1
+        self.dispatch(w)
+
+    def route(self, i: int, voice: str) -> int:
+        if self.router is None:  # nginx least_conn
+            fewest = min(self.inflight)
+            w: int = next(x for x in (*range(self.turn, PROCESSES), *range(self.turn))
+                     if self.inflight[x] == fewest)
+            self.turn = (w + 1) % PROCESSES
+            return w
+        if self.now >= self.next_status:
+            self.publish()
+            self.next_status = self.now + STATUS_S
+        route = self.router.route(voice)
+        self.router.sent(f"r{i}", route)
+        return int(route.worker) if route.worker is not None else 0
+
+    def end_calls(self, until: float = math.inf) -> None:
+        while self.ends and self.ends[0][0] <= until:
+            self.now, w, items = heapq.heappop(self.ends)
+            self.procs[w].running -= 1
+            for arrived, j in items:
+                self.latency[j] = self.now - arrived
+                self.inflight[w] -= 1
+                if self.router is not None:
+                    self.router.done(f"r{j}")
+            self.dispatch(w)
+
+    def dispatch(self, w: int) -> None:
+        proc = self.procs[w]
+        while proc.running < SLOTS and proc.waiting:
+            voice = min(proc.queued, key=lambda v: proc.queued[v][0][0])  # oldest first
+            queue = proc.queued[voice]
+            items = [queue.popleft() for _ in range(min(self.batch_max, len(queue)))]
+            if not queue:
+                del proc.queued[voice]
+            proc.waiting -= len(items)
+            proc.running += 1
+            self.look_up(proc, voice, self.level_of[items[0][1]])
+            heapq.heappush(self.ends, (self.now + BASE_S + PER_ITEM_S * len(items), w, items))
+
+    def look_up(self, proc: _Process, voice: str, level: str) -> None:
+        if voice in proc.cache:
+            proc.cache.move_to_end(voice)
+            return
+        counts = self.builds.setdefault(level, {"first": 0, "moved": 0})
+        counts["moved" if voice in self.ever else "first"] += 1
+        self.ever.add(voice)
+        proc.cache[voice] = None
+        if len(proc.cache) > CACHE_ENTRIES:
+            proc.cache.popitem(last=False)
+
+    def publish(self) -> None:
+        assert self.router is not None
+        for w, proc in enumerate(self.procs):
+            lane = LaneLoad(partitions=self.owned[w], slots=SLOTS, inflight=proc.running,
+                            queued=proc.waiting)
+            self.router.apply(WorkerStatus(
+                worker=str(w), at_ms=int(self.now * 1000), interval_ms=int(STATUS_S * 1000),
+                lanes={"batch": lane}, hot=list(reversed(proc.cache))[:MAX_HOT_VOICES]))
+
+
+def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
+             home_queue: int = HOME_QUEUE, balance: float = 1.25,
+             copy_share: float = COPY_SHARE) -> dict[str, Any]:
+    """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds."""
+    if design not in ("least_conn", "fleet"):
+        raise ValueError(f"design must be least_conn or fleet, got {design!r}")
+    parts = [(name, load, count) for name, load, count in slices(plan(quick))
+             if name != "kill" and (name == "warm" or load <= max_load)]
+    voices = [r.voice_id for r in trace(sum(c for _, _, c in slices(plan(quick))), "sim")]
+    clock = [0.0]
+    router = FleetRouter(partitions=PARTITIONS, balance=balance, home_queue=home_queue,
+                         copy_share=copy_share, clock=lambda: clock[0],
+                         wall_ms=lambda: int(clock[0] * 1000)) if design == "fleet" else None
+    schedule: list[tuple[float, str]] = []  # (arrival, level): paced, absolute
+    start = 0.0
+    for name, load, count in parts:
+        rate = load * NOMINAL_RPS
+        schedule += [(start + k / rate, name) for k in range(count)]
+        start += count / rate
+    run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router)
+    for i, (at, _) in enumerate(schedule):
+        clock[0] = at
+        run.arrive(at, i, voices[i])
+    run.end_calls()  # every answer awaited
+    levels: list[dict[str, Any]] = []
+    first = 0
+    for name, load, count in parts:
+        ms = [run.latency[j] * 1000 for j in range(first, first + count)]
+        first += count
+        levels.append({"level": name, "load": load, "requests": count,
+                       "p50_ms": round(percentile(ms, 50), 1),
+                       "p99_ms": round(percentile(ms, 99), 1),
+                       **run.builds.get(name, {"first": 0, "moved": 0})})
+    counted = [lv for lv in levels if lv["level"] != "warm" and lv["load"] <= COUNTED_UP_TO]
+    return {"design": design, "home_queue": home_queue, "balance": balance,
+            "copy_share": copy_share, "levels": levels,
+            "builds": sum(lv["first"] + lv["moved"] for lv in counted),
+            "first_sightings": sum(lv["first"] for lv in counted)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.peersim",
+        description="The peers bench's trace and cost model as an event simulation: p50/p99 "
+                    "per load level and profile builds, least_conn against fleet routing.")
+    parser.add_argument("--design", choices=("least_conn", "fleet"), default="fleet")
+    parser.add_argument("--home-queue", type=int, default=HOME_QUEUE)
+    parser.add_argument("--balance", type=float, default=1.25)
+    parser.add_argument("--copy-share", type=float, default=COPY_SHARE)
+    parser.add_argument("--max-load", type=float, default=1.5, help="highest level to offer")
+    parser.add_argument("--quick", action="store_true", help="the quick run's plan")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    out = simulate(args.design, quick=args.quick, max_load=args.max_load,
+                   home_queue=args.home_queue, balance=args.balance,
+                   copy_share=args.copy_share)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"{out['design']}: builds {out['builds']} ({out['first_sightings']} first sightings)"
+          f" over the levels up to {COUNTED_UP_TO:.0%}")
+    for lv in out["levels"]:
+        print(f"  {lv['level']:>8} {lv['load']:.0%}: p50 {lv['p50_ms']:7.1f} ms  "
+              f"p99 {lv['p99_ms']:7.1f} ms  builds {lv['first']} first + {lv['moved']} moved")
+
+
+if __name__ == "__main__":
+    main()
