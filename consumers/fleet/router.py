@@ -15,6 +15,9 @@ exceeds a worker's share moves on.
            (their status lists it as hot) while within its share
         2. else the next worker in its order within its share (a profile build there),
         3. else the first with a slot free or within its share, 4. else the least loaded
+        then, when that worker has no free slot and the voice has copies: a copy within
+        its share where this router's earlier requests of the voice still wait instead
+        (the new one joins their batch: one more item on a call, not a call of its own)
            -> Route(key, partition, worker)
     sent(request_id, route) / done(request_id): this router's own outstanding requests per
         worker, counted at once, so a burst is spread before the next status arrives; sent()
@@ -28,6 +31,12 @@ the traffic and most of the voices, then stay home, waiting for a slot rather th
 moving one costs a build now and pushes a home voice out of another worker's cache, which
 is how moving any voice whose home had no free slot kept the Zipf hit ratio at 0.87
 (docs/routing.md).
+
+Why join a waiting batch: past nominal load every worker queues, and a popular voice spread
+over all its copies waits in four queues, one request each, for four calls. Sent where its
+own requests already wait, it rides on their call (a batch of n costs one call plus a little
+per item), so the fleet carries more than one request per slot and call. Only within the
+voice's share, so a pile-up cannot push a worker's home voices out (docs/routing.md).
 
 "Its share" is consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
 2018): load + 1 <= balance * (total + 1) / workers; the floors (a free slot, `home_queue`)
@@ -45,10 +54,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import TypeVar
 
 from topics.fleet import MAX_SHARD, STALE_INTERVALS, RouteLane, WorkerStatus, routing_key
 from topics.partitioning import partition_for
 
+_K = TypeVar("_K")
 LANES: tuple[RouteLane, ...] = ("batch", "interactive")
 MAX_REMEMBERED = 100_000  # voices' preference lists kept; past that they are walked afresh
 # A voice's popularity is its share of this router's last few thousand requests: long
@@ -99,7 +110,8 @@ class FleetRouter:
         self._seen_at: dict[str, float] = {}  # local clock when each status arrived
         self._others: dict[tuple[str, str], int] = {}  # (lane, worker) -> load not ours
         self._mine: dict[tuple[str, str], int] = {}  # (lane, worker) -> ours outstanding
-        self._routed: dict[str, tuple[str, str]] = {}  # request_id -> (lane, worker)
+        self._routed: dict[str, tuple[str, str, str]] = {}  # request_id -> (lane, worker, voice)
+        self._voice_at: dict[tuple[str, str, str], int] = {}  # (lane, worker, voice) -> ours out
         # Sent by a sender that never hears the answers, since the worker's last status
         # (which counts them from then on): cleared by each status.
         self._recent: dict[tuple[str, str], int] = {}
@@ -228,10 +240,28 @@ class FleetRouter:
             lambda: walk(spread),
             lambda: walk(free)]
         for step in steps:
-            best = step()
-            if best is not None:
-                return self._route(voice_id, best)
-        return self._route(voice_id, self._least_of(voice_id, lane, owners, skip))
+            if (best := step()) is not None:
+                break
+        else:
+            best = self._least_of(voice_id, lane, owners, skip)
+        if (best[0] + 1 > self._slots(lane, best[3]) and len(copies) > 1
+                and (lane, best[3], voice_id) not in self._voice_at):
+            best = self._join(voice_id, lane, owners, copies, spread) or best
+        return self._route(voice_id, best)
+
+    def _join(self, voice_id: str, lane: RouteLane, owners: dict[int, str], copies: set[str],
+              fits: Callable[[str, int], bool]) -> tuple[int, int, int, str] | None:
+        """(load, shard, partition, worker) of the copy where most of this router's
+        requests of the voice wait (no free slot there), within its share; None if none."""
+        best: tuple[int, int, int, str] | None = None
+        most = 0
+        for shard, partition, worker in self._preferences(voice_id, lane, owners):
+            waiting = self._voice_at.get((lane, worker, voice_id), 0)
+            load = self.load(lane, worker)
+            if (worker in copies and waiting > most and load >= self._slots(lane, worker)
+                    and fits(worker, load)):
+                best, most = (load, shard, partition, worker), waiting
+        return best
 
     def _walk_fit(self, voice_id: str, lane: RouteLane, owners: dict[int, str],
                   skip: set[str]) -> Callable[[Callable[[str, int], bool]],
@@ -318,26 +348,26 @@ class FleetRouter:
         call done() (it is counted until the worker's next status includes it)."""
         if route.worker is None:
             return
+        voice = _voice_of(route.key)
         if not answer_follows:
             slot = (lane, route.worker)
             self._recent[slot] = self._recent.get(slot, 0) + 1
-            self._count(route.key)
+            self._count(voice)
             return
         if request_id not in self._routed:  # a re-route is the same request, counted once
-            self._count(route.key)
+            self._count(voice)
         self.done(request_id)  # a re-route replaces the first one
-        self._routed[request_id] = (lane, route.worker)
-        self._mine[(lane, route.worker)] = self._mine.get((lane, route.worker), 0) + 1
+        self._routed[request_id] = (lane, route.worker, voice)
+        _add(self._mine, (lane, route.worker), 1)
+        _add(self._voice_at, (lane, route.worker, voice), 1)
 
     def done(self, request_id: str) -> None:
-        slot = self._routed.pop(request_id, None)
-        if slot is None:
+        routed = self._routed.pop(request_id, None)
+        if routed is None:
             return
-        left = self._mine.get(slot, 0) - 1
-        if left > 0:
-            self._mine[slot] = left
-        else:
-            self._mine.pop(slot, None)
+        lane, worker, _ = routed
+        _add(self._mine, (lane, worker), -1)
+        _add(self._voice_at, routed, -1)
 
     # -- popularity ---------------------------------------------------------------------
 
@@ -358,8 +388,7 @@ class FleetRouter:
         wanted = math.ceil(self.share(voice_id) * workers / self.copy_share - 1e-9)
         return max(1, min(workers, wanted))
 
-    def _count(self, key: str) -> None:
-        voice = key.rsplit("#", 1)[0] if "#" in key else key
+    def _count(self, voice: str) -> None:
         self._tick += 1
         score, at = self._score.get(voice, (0.0, self._tick))
         self._score[voice] = (score * self._decay ** (self._tick - at) + 1, self._tick)
@@ -371,3 +400,17 @@ class FleetRouter:
     @property
     def outstanding(self) -> int:
         return len(self._routed)
+
+
+def _voice_of(key: str) -> str:
+    """The voice of a routing key (`voice_id` or `voice_id#shard`), unchecked: hot path."""
+    return key.rsplit("#", 1)[0] if "#" in key else key
+
+
+def _add(counts: dict[_K, int], key: _K, delta: int) -> None:
+    """Add to a count that is dropped at zero, so the dicts hold only what is outstanding."""
+    left = counts.get(key, 0) + delta
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

@@ -299,3 +299,49 @@ def test_copy_share_out_of_range_is_refused() -> None:
         FleetRouter(partitions=12, copy_share=0)
     with pytest.raises(ValueError, match="VF_ROUTE_COPY_SHARE"):
         FleetRouter(partitions=12, copy_share=1.5)
+
+
+def popular(router: FleetRouter, voice: str, workers: int) -> None:
+    """Make `voice` a large share of what the router counted: copies on every worker."""
+    for i in range(400):
+        router.sent(f"{voice}-pop-{i}", Route(voice, 0, 0, "w0"))
+        router.done(f"{voice}-pop-{i}")
+    assert router.copies(voice, workers) == workers
+
+
+def fill(router: FleetRouter, worker: str, count: int, voice: str = "other") -> None:
+    for i in range(count):
+        router.sent(f"{worker}-{voice}-{i}", Route(voice, 0, 0, worker))
+
+
+def test_past_a_full_fleet_a_popular_voice_joins_its_own_waiting_batch() -> None:
+    router = fleet(2, 4, slots=2)
+    popular(router, "brand", 2)
+    fill(router, "w0", 3)
+    router.sent("b0", Route("brand", 0, 0, "w0"))  # w0: 4, one of them brand, waiting
+    fill(router, "w1", 3)  # w1: 3, the least loaded, but a call of its own for brand there
+    joined = router.route("brand")
+    assert joined.worker == "w0"  # rides on the waiting request's call, within its share
+    assert parse_routing_key(joined.key)[0] == "brand"
+
+
+def test_no_join_while_a_slot_is_free_or_past_the_share_or_for_a_rare_voice() -> None:
+    router = fleet(2, 4, slots=2)
+    popular(router, "brand", 2)
+    fill(router, "w0", 2)
+    router.sent("b0", Route("brand", 0, 0, "w0"))  # brand waits on w0 (3 there)
+    fill(router, "w1", 1)
+    assert router.route("brand").worker == "w1"  # a slot free there: no wait, no join
+    fill(router, "w0", 2, voice="more")  # w0: 5 ...
+    fill(router, "w1", 2, voice="more")  # ... w1: 3; 5 + 1 > 1.25 x (8 + 1) / 2
+    assert router.route("brand").worker == "w1"  # out of its share: no join
+    # A voice with one copy (its home) is not balanced over copies: it never joins.
+    rare_router = fleet(2, 4, slots=2)
+    fade(rare_router, 2000)
+    home = rare_router.route("rare").worker
+    away = "w1" if home == "w0" else "w0"
+    assert rare_router.copies("rare", 2) == 1
+    fill(rare_router, home, 3)
+    fill(rare_router, away, 3)
+    rare_router.sent("r0", Route("rare#1", 1, 0, away))  # it moved there once, still waits
+    assert rare_router.route("rare").worker == home
