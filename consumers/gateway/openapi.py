@@ -1,9 +1,10 @@
 """The gateway's OpenAPI 3.1 document, generated from the msgspec types its routes use.
 
     the bodies and answers (`SpeechBody` in consumers.gateway.speech; `VoiceForm`,
-      `JobScript`, `JobRerun`, `Voice`, `JobFinished`, ... in consumers.gateway.resources;
-      `JobTimeline` and `Fleet` in consumers.gateway.console_api; `ApiError`, `Health` and
-      `Readiness` here, what serve.error_body and the ops listener's probes write)
+      `Voice`, ... in consumers.gateway.voices; `JobScript`, `JobRerun`, `JobFinished`, ...
+      in consumers.gateway.jobs; `JobTimeline` and `Fleet` in consumers.gateway.console_api;
+      `ApiError`, `Health` and `Readiness` here, what serve.error_body and the ops
+      listener's probes write)
     -> msgspec.json.schema_components -> components.schemas (JSON Schema 2020-12, the
       dialect of OpenAPI 3.1)
     -> `OPERATIONS`, one entry per route: its body, its answers, and the refusals every /v1
@@ -33,7 +34,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from consumers.gateway import audio, consents, console_api, resources, scopes, usage
+from consumers.gateway import audio, consents, console_api, jobs, scopes, usage, voices
 from consumers.gateway.speech import SpeechBody
 from topics.validation import OPUS_RATES, REQUEST_ID_MAX
 
@@ -59,7 +60,7 @@ class ApiError(msgspec.Struct, kw_only=True):
     job's unregistered voices beside it."""
 
     error: ErrorDetail
-    checks: list[resources.RuleCheck] | msgspec.UnsetType = msgspec.UNSET
+    checks: list[voices.RuleCheck] | msgspec.UnsetType = msgspec.UNSET
     voices: dict[str, list[int]] | msgspec.UnsetType = msgspec.UNSET  # voice -> its lines
 
 
@@ -110,9 +111,9 @@ class StreamError(msgspec.Struct, kw_only=True):
 
 
 _TYPES: tuple[type[msgspec.Struct], ...] = (
-    SpeechBody, resources.VoiceForm, resources.JobScript, resources.JobRerun, resources.Voice,
-    resources.VoiceCreated, resources.VoiceCheck, resources.VoiceList, resources.VoiceDeleted,
-    resources.JobQueued, resources.JobFinished, resources.JobRunning, resources.JobCancelled,
+    SpeechBody, voices.VoiceForm, jobs.JobScript, jobs.JobRerun, voices.Voice,
+    voices.VoiceCreated, voices.VoiceCheck, voices.VoiceList, voices.VoiceDeleted,
+    jobs.JobQueued, jobs.JobFinished, jobs.JobRunning, jobs.JobCancelled,
     console_api.JobTimeline, console_api.Fleet, usage.UsageAnswer, ApiError, Health, Readiness,
     AudioDelta, AudioDone, StreamError, consents.VoiceConsent, consents.ConsentDeleted,
     consents.CustomVoice)
@@ -189,7 +190,7 @@ _CLIP_AUDIO = {media: {"type": "string", "format": "binary"}
 _DRY_RUN = {"in": "query", "name": "dry_run", "required": False,
             "description": "1 or true: check the reference only (200 with the verdict "
                            "table), nothing stored or produced; 0, false or absent: register",
-            "schema": {"type": "string", "enum": list(resources.DRY_RUN)}}
+            "schema": {"type": "string", "enum": list(voices.DRY_RUN)}}
 _INDEX = {"in": "path", "name": "index", "required": True,
           "description": "The line's index (0-based, as clips[].index)",
           "schema": {"type": "integer", "minimum": 0}}

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from consumers.clients.scripts import parse_script
-from consumers.gateway import openapi, resources
+from consumers.gateway import jobs, openapi
 from consumers.gateway.app import build_app
 from consumers.gateway.keys import SCOPES, KeyRing, add_key
 from consumers.gateway.ops import build_ops_app
@@ -148,7 +148,7 @@ def test_the_documents_examples_are_accepted_bodies() -> None:
     msgspec.convert(openapi.SPEECH_EXAMPLE, SpeechBody)
     order = parse_speech(openapi.SPEECH_EXAMPLE, tenant="acme")
     assert order.voice_id == "narrator-1" and order.requests
-    msgspec.convert(openapi.JOB_EXAMPLE, resources.JobScript)
+    msgspec.convert(openapi.JOB_EXAMPLE, jobs.JobScript)
     script = parse_script(openapi.JOB_EXAMPLE, source="example")
     assert len(script.requests) == 2
     body = openapi.document()["paths"]["/v1/audio/speech"]["post"]["requestBody"]
@@ -156,7 +156,7 @@ def test_the_documents_examples_are_accepted_bodies() -> None:
 
 
 def test_the_job_script_sample_rates_are_the_contracts() -> None:
-    assert get_args(resources.SampleRate) == SAMPLE_RATES
+    assert get_args(jobs.SampleRate) == SAMPLE_RATES
 
 
 def _patterns(node: Any) -> Iterator[str]:
@@ -308,7 +308,7 @@ def test_a_rerun_is_the_next_version_of_the_same_job(
     produced.clear()
     rerun = http.post("/v1/jobs/ep9/rerun", json={"failed": True}, headers=auth)
     assert rerun.status_code == 202, rerun.text
-    answer = msgspec.json.decode(rerun.content, type=resources.JobQueued)
+    answer = msgspec.json.decode(rerun.content, type=jobs.JobQueued)
     assert (answer.version, answer.lines, answer.total) == (2, [1], 3)
     # the stored script's own options, the revision's request ID and version
     assert [(r.request_id, r.format, r.job and r.job.version) for r in produced] == \
