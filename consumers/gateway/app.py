@@ -6,7 +6,8 @@
       body within the limit
       (413 before reading), and counts the body as it arrives (413 once over, whatever the
       framing); every exchange -> vf_gateway_requests_total{route,status}
-    -> Starlette routes: speech (below), voices and jobs (`consumers.gateway.resources`),
+    -> Starlette routes: speech (below), voices and jobs (`consumers.gateway.voices`,
+      `consumers.gateway.jobs`),
       stored bytes and the fleet summary for the console (`consumers.gateway.console_api`),
       /openapi.json (`consumers.gateway.openapi`, no key), and the console's files under
       /console (no key: `consumers.gateway.console`). /healthz, /readyz and /metrics are
@@ -40,7 +41,16 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from consumers.gateway import consents, console, console_api, openapi, resources, scopes, usage
+from consumers.gateway import (
+    consents,
+    console,
+    console_api,
+    jobs,
+    openapi,
+    scopes,
+    usage,
+    voices,
+)
 from consumers.gateway.audit import AuditUnavailable
 from consumers.gateway.keys import Tenant, bearer
 from consumers.gateway.replies import NoReplyPartition, ReplyStream
@@ -162,7 +172,8 @@ def build_app(gateway: Gateway) -> ASGIApp:
 
     app = Starlette(routes=[
         Route("/v1/audio/speech", speech, methods=["POST"]),
-        *resources.routes(), *consents.routes(), *console_api.routes(), *console.routes(),
+        *voices.routes(), *jobs.routes(), *consents.routes(), *console_api.routes(),
+        *console.routes(),
         *usage.routes(),
         Route("/openapi.json", openapi.openapi_json),
     ], lifespan=lifespan, exception_handlers={BodyTooLarge: _too_large,

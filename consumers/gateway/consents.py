@@ -12,7 +12,7 @@ POST /v1/audio/voices (multipart: `name` the voice ID, `consent` an ID, `audio_s
      `consent_mismatch`), the recording moved under the voice -> register_voice with the
      ConsentRef -> the event on tts.voices -> 201 `audio.voice`.
 POST /v1/voices uses `consented_voice` too, with a `consent` ID or a `consent_recording`
-  file part (consumers.gateway.resources).
+  file part (consumers.gateway.voices).
 The speaker encoder loads on the first consent check, once per process, never at import;
 the store and the encoder run in threads, off the event loop.
 """

@@ -19,7 +19,8 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
         open streams and reply partitions, and its 4xx/5xx answers by route and status
         (its own vf_gateway_requests_total): no Prometheus server needed.
 The JSON answers are msgspec types (`JobTimeline`, `Fleet`), encoded from them and
-published by consumers.gateway.openapi, like consumers.gateway.resources' answers.
+published by consumers.gateway.openapi, like the answers of consumers.gateway.voices and
+consumers.gateway.jobs.
 Every route reads only the caller's tenant's objects (the key's tenant, as in
 consumers.gateway.resources): another tenant's voice or job is the 404 of an unknown one, and
 a clip is served only from the tenant's own `audio/` objects.

@@ -5,7 +5,7 @@
         --> CancelRegistry.add (request ID or job ID within the command's tenant, for
             `ttl_s`, at most `max_entries`; the reason cut to MAX_REASON_CHARS)
         --> on_cancel(command): the worker takes the matching requests out of its queue and
-            answers them `cancelled` (loop.py)
+            answers them `cancelled` (dispatch.py)
     the worker, later: a fetched request, a retry coming back, a batch taken for the engine
         --CancelRegistry.is_cancelled(request_id, job_id, tenant)--> answered `cancelled`, no
         engine call (a cancel acts only on its own tenant's requests: IDs are unique within a

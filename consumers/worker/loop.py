@@ -10,9 +10,9 @@
         │ same-voice batches                                                  │
         v                                                                     │
     dispatch tasks (shape.py: 2 x max_inflight, + max_inflight interactive)   │
-        (here) -> processor.process_batch in threads (gate.py: device slots   │
-        by lane, max_inflight + interactive_slots calls at once); step 1:     │
-        the processor stores each output (pipeline/)                          │
+        (dispatch.py) -> processor.process_batch in threads (gate.py: device  │
+        slots by lane, max_inflight + interactive_slots calls at once);       │
+        step 1: the processor stores each output (pipeline/)                  │
         │ retryable error: RetryPolicy (retry.py) -> backoff -> back in queue │
         │ result, or a failed result + DLQ record once the policy gives up    │
         v                                                                     v
@@ -40,7 +40,8 @@ A record's offset becomes committable only after its answer is acknowledged, and
 every earlier record of its partition is too. A crash before that redelivers the record; the
 object store answers it without a second synthesis. In-flight bookkeeping (pending offsets,
 records in flight per partition, records waiting to retry, revoked partitions) lives in the
-Checkpoint; this module keeps only its task handles and the number of batches in the engine.
+Checkpoint; the worker keeps only its task handles and the number of batches in the engine
+(counted by dispatch.py).
 """
 
 from __future__ import annotations
@@ -61,11 +62,12 @@ from consumers.kafka import make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
 from consumers.settings import Settings
 from consumers.worker import lanes
-from consumers.worker.batching import BatcherClosed, Lane, VoiceBatcher
+from consumers.worker.batching import VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
 from consumers.worker.checkpoint import Checkpoint
 from consumers.worker.chunks import ChunkPublisher
 from consumers.worker.deadletters import unreadable_letter
+from consumers.worker.dispatch import WorkerDispatch
 from consumers.worker.errors import FatalPublishError
 from consumers.worker.fleet import StatusReporter
 from consumers.worker.gate import BatchThreads, LaneGate
@@ -78,16 +80,15 @@ from consumers.worker.shape import WorkerShape
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from consumers.worker.unreadable import UnreadableRecords
 from pipeline.storage import ObjectStore
-from pipeline.synthesis import Outcome, RequestProcessor
-from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage, VoiceFactoryError
-from topics.events import DeadLetter, SynthesisResult
+from pipeline.synthesis import RequestProcessor
+from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage
 from topics.specs import topic_names
 from topics.validation import decode_request
 
 log = logging.getLogger(__name__)
 
 
-class SynthesisWorker(WorkerLifecycle):
+class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
     def __init__(self, *, settings: Settings, processor: RequestProcessor,
                  metrics: WorkerMetrics | None = None, retry_base_s: float = 0.5,
                  commit_interval_s: float = 0.5, device_gate: LaneGate | None = None,
@@ -143,11 +144,6 @@ class SynthesisWorker(WorkerLifecycle):
     def processed(self) -> int:
         """Records answered (result or DLQ acknowledged) since run() started."""
         return 0 if self.checkpoint is None else self.checkpoint.answered
-
-    @property
-    def _cp(self) -> Checkpoint:
-        assert self.checkpoint is not None, "the checkpoint exists once run() started"
-        return self.checkpoint
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -372,122 +368,7 @@ class SynthesisWorker(WorkerLifecycle):
         if not self._canceller.cancel_if_named(req):
             self.batcher.put(queue_key(req.request), req, req.lane)
 
-    # -- synthesis ---------------------------------------------------------------------
-
-    async def _dispatch_loop(self, lane: Lane | None = None) -> None:
-        while True:
-            try:
-                _voice, reqs = await self.batcher.next_batch(lane)
-            except BatcherClosed:
-                return
-            lanes.observe_waits(self.metrics, reqs)
-            reqs = [r for r in reqs if self._owned(r) and not self._canceller.cancel_if_named(r)]
-            # A streamed request has a queue of its own (queue_key), shared only by copies
-            # of itself (a failover's re-send): each copy streams, never batched, or its
-            # final record would come with no chunks before it.
-            for req in [r for r in reqs if r.request.stream]:
-                await self._run_stream(req)
-            if batch := [r for r in reqs if not r.request.stream]:
-                await self._run_batch(batch)
-
-    async def _run_stream(self, req: InFlightRequest) -> None:
-        assert self.streams is not None, "built in run()"
-        self._running_batches += 1  # device work, as a batch is: the batcher's idle()
-        try:
-            outcome = await self.streams.run(req)
-        finally:
-            self._running_batches -= 1
-        self._settle(req, outcome)
-
-    async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
-        def process() -> list[Outcome]:  # in a batch thread, holding its lane's slot if any
-            return self._processor.process_batch(
-                [r.received(self.cancels.checker(r.request_id, r.job_id, r.request.tenant))
-                 for r in reqs])
-
-        self._running_batches += 1
-        self.metrics.set_inflight(self._running_batches)
-        started = time.perf_counter()
-        try:  # step 1 happens in there: the processor stores each output before answering
-            outcomes = await self._threads.run(reqs[0].lane, process)
-        except Exception as exc:  # a bug must not block partitions: answer each as failed
-            log.exception("batch of %d crashed", len(reqs))
-            outcomes = [VoiceFactoryError(ErrorCode.ENGINE_ERROR, f"internal error: {exc!r}",
-                                          retryable=True) for _ in reqs]
-        finally:
-            self._running_batches -= 1
-            self.metrics.set_inflight(self._running_batches)
-        self.metrics.on_batch_done(len(reqs), time.perf_counter() - started)
-        for req, outcome in zip(reqs, outcomes, strict=True):
-            self._settle(req, outcome)
-
-    def _settle(self, req: InFlightRequest, outcome: SynthesisResult | VoiceFactoryError) -> None:
-        if isinstance(outcome, SynthesisResult):
-            self._finish(req, outcome)
-        elif not self._give_up(req, outcome):
-            self._retry_later(req, outcome)
-        else:
-            log.error("failed after %d attempts: %s", req.attempt, outcome, extra=req.ctx())
-            failed = self._processor.answers.failed(req.request, outcome, req.attempt)
-            self.metrics.on_dlq(outcome.code.value)
-            self._finish(req, failed, dlq=dead_letter(req.record, str(outcome)))
-
-    def _give_up(self, req: InFlightRequest, error: VoiceFactoryError) -> bool:
-        now = time.monotonic()
-        if req.first_failure is None:
-            req.first_failure = now
-        return self.retry.give_up(error.code, attempt=req.attempt,
-                                  failing_for_s=now - req.first_failure)
-
-    def _retry_later(self, req: InFlightRequest, error: VoiceFactoryError) -> None:
-        delay = self.retry.delay(req.attempt)
-        log.warning("attempt %d failed (%s), retrying in %.2f s", req.attempt, error, delay,
-                    extra=req.ctx())
-        self.metrics.on_retry(error.code.value)
-
-        async def later() -> None:
-            cp = self._cp
-            try:
-                with cp.waiting_retry():
-                    await asyncio.sleep(delay)
-            except asyncio.CancelledError:
-                cp.abandon(req.tp, req.record.offset)
-                raise
-            req.attempt += 1
-            if not self._owned(req):  # revoked meanwhile: given back to the next owner
-                return
-            if self._stopping.is_set():  # shutting down: the next start redelivers it
-                cp.abandon(req.tp, req.record.offset)
-                return
-            if not self._canceller.cancel_if_named(req):
-                req.queued_at = time.monotonic()
-                self.batcher.put(queue_key(req.request), req, req.lane)
-
-        self._spawn(later(), req.ctx())
-
-    def _finish(self, req: InFlightRequest, result: SynthesisResult,
-                dlq: DeadLetter | None = None) -> None:
-        code = result.error.code if result.error else None
-        log.info("%s in %.0f ms", result.status, result.timings_ms.get("total", 0),
-                 extra={**req.ctx(), "stage": "done"})
-        self.metrics.on_result(result.status, code)
-        self.metrics.on_lane_result(req.lane, result.status)
-        self.metrics.observe_stages(result.timings_ms)
-        if result.rtf:
-            self.metrics.observe_rtf(result.rtf)
-        if req.request.stream and self.streams is not None:  # the final chunk record first
-            self._spawn(self.streams.answer(req.tp, req.record, result=result, dlq=dlq,
-                                            stream=req.stream), req.ctx())
-            return
-        self._spawn(self._cp.answer(req.tp, req.record, result=result, dlq=dlq),  # steps 2-3
-                    req.ctx())
-
-    def _owned(self, req: InFlightRequest) -> bool:
-        """False (and the record given back) once its partition is revoked."""
-        if self._cp.owns(req.tp):
-            return True
-        self._cp.abandon(req.tp, req.record.offset)
-        return False
+    # -- answer tasks (the answer path itself, dispatch to Checkpoint.answer: dispatch.py) --
 
     def _spawn(self, coro: Coroutine[Any, Any, None],
                ctx: Mapping[str, Any] | None = None) -> None:

@@ -2,7 +2,7 @@
 
     WorkerSettings (VF_MAX_INFLIGHT, VF_INTERACTIVE_SLOTS; ranges checked when loaded)
         --WorkerShape.of()--> WorkerShape
-            dispatchers ........ loop.py: one dispatch task each, by the lane it takes from
+            dispatchers ........ dispatch.py: one dispatch task each, by the lane it takes from
             threads ............ gate.BatchThreads: one pool thread per dispatcher
             batch_slots, interactive_reserve
                 ................ gate.LaneGate (LaneGate.for_shape): the device slots by lane

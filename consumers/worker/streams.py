@@ -1,11 +1,11 @@
 """Streamed requests in the worker: each through process_stream on its own, chunks to
 tts.audio as they are made, the final record before the result.
 
-worker queue: a lane of its own per streamed request (queue_key) -> a dispatcher (loop.py)
+worker queue: a lane of its own per streamed request (queue_key) -> a dispatcher (dispatch.py)
 -> StreamRunner.run(req): a new ChunkStream for this attempt (chunks.py) ->
 processor.process_stream in the worker's BatchThreads (gate.py: the batch path's threads;
 in_lane sets the lane and holds an interactive stream's device slot), its sink publishing
-every chunk -> the outcome back to the loop's retry and answer logic -> StreamRunner.answer:
+every chunk -> the outcome back to dispatch.py's retry and answer logic -> StreamRunner.answer:
 the attempt's final record (status, error code), acknowledged -> only then Checkpoint.answer
 (result and/or DLQ record, offset done). So a stream reader has the final record before the
 result exists and before the offset can be committed. A streamed request answered without

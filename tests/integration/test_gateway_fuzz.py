@@ -47,7 +47,7 @@ from schemathesis.openapi.checks import RejectedPositiveData
 
 from consumers.clients.demo import REFERENCE_TEXT, make_reference
 from consumers.gateway.keys import SCOPES, KeyRing, add_key
-from consumers.gateway.openapi import OPERATIONS
+from consumers.gateway.openapi_paths import OPERATIONS
 from consumers.kafka import make_consumer
 from consumers.settings import GatewaySettings, Settings
 from consumers.wiring import make_store

@@ -23,9 +23,11 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from consumers.clients.scripts import parse_script
-from consumers.gateway import openapi, resources
+from consumers.gateway import jobs, openapi
 from consumers.gateway.app import build_app
 from consumers.gateway.keys import SCOPES, KeyRing, add_key
+from consumers.gateway.openapi_components import ApiError, Health, Readiness
+from consumers.gateway.openapi_paths import JOB_EXAMPLE, NOT_API, SPEECH_EXAMPLE
 from consumers.gateway.ops import build_ops_app
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import error_body
@@ -110,8 +112,8 @@ def test_every_route_of_the_app_is_described_and_nothing_else(gateway: Gateway) 
     served = {(method.lower(), re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path))
               for route in app.routes if isinstance(route, Route)
               for method in route.methods or () if method != "HEAD"}
-    static = {(m, path) for m, path in served if path in openapi.NOT_API}
-    assert {path for _, path in static} == openapi.NOT_API  # the exclusion names served routes
+    static = {(m, path) for m, path in served if path in NOT_API}
+    assert {path for _, path in static} == NOT_API  # the exclusion names served routes
     served -= static
     described = {(method, path) for path, item in openapi.document()["paths"].items()
                  for method in item}
@@ -134,29 +136,29 @@ def test_it_is_served_without_a_key(http: TestClient) -> None:
 
 def test_what_the_app_writes_outside_the_route_types_matches_the_document(
         http: TestClient, gateway: Gateway) -> None:
-    strict = msgspec.json.Decoder(openapi.ApiError)
+    strict = msgspec.json.Decoder(ApiError)
     body = strict.decode(error_body(422, "bad", "reference_invalid", "reference", checks=[]))
     assert body.error.type == "invalid_request_error" and body.checks == []
     assert strict.decode(error_body(503, "down", "kafka_error")).error.type == "server_error"
     ops = TestClient(build_ops_app(gateway))
-    msgspec.json.decode(ops.get("/healthz").content, type=openapi.Health)
+    msgspec.json.decode(ops.get("/healthz").content, type=Health)
     ready = ops.get("/readyz")
-    assert msgspec.json.decode(ready.content, type=openapi.Readiness).status == "unavailable"
+    assert msgspec.json.decode(ready.content, type=Readiness).status == "unavailable"
 
 
 def test_the_documents_examples_are_accepted_bodies() -> None:
-    msgspec.convert(openapi.SPEECH_EXAMPLE, SpeechBody)
-    order = parse_speech(openapi.SPEECH_EXAMPLE, tenant="acme")
+    msgspec.convert(SPEECH_EXAMPLE, SpeechBody)
+    order = parse_speech(SPEECH_EXAMPLE, tenant="acme")
     assert order.voice_id == "narrator-1" and order.requests
-    msgspec.convert(openapi.JOB_EXAMPLE, resources.JobScript)
-    script = parse_script(openapi.JOB_EXAMPLE, source="example")
+    msgspec.convert(JOB_EXAMPLE, jobs.JobScript)
+    script = parse_script(JOB_EXAMPLE, source="example")
     assert len(script.requests) == 2
     body = openapi.document()["paths"]["/v1/audio/speech"]["post"]["requestBody"]
-    assert body["content"]["application/json"]["example"] == openapi.SPEECH_EXAMPLE
+    assert body["content"]["application/json"]["example"] == SPEECH_EXAMPLE
 
 
 def test_the_job_script_sample_rates_are_the_contracts() -> None:
-    assert get_args(resources.SampleRate) == SAMPLE_RATES
+    assert get_args(jobs.SampleRate) == SAMPLE_RATES
 
 
 def _patterns(node: Any) -> Iterator[str]:
@@ -308,7 +310,7 @@ def test_a_rerun_is_the_next_version_of_the_same_job(
     produced.clear()
     rerun = http.post("/v1/jobs/ep9/rerun", json={"failed": True}, headers=auth)
     assert rerun.status_code == 202, rerun.text
-    answer = msgspec.json.decode(rerun.content, type=resources.JobQueued)
+    answer = msgspec.json.decode(rerun.content, type=jobs.JobQueued)
     assert (answer.version, answer.lines, answer.total) == (2, [1], 3)
     # the stored script's own options, the revision's request ID and version
     assert [(r.request_id, r.format, r.job and r.job.version) for r in produced] == \

@@ -20,6 +20,7 @@ from consumers.gateway import openapi, scopes
 from consumers.gateway.app import Guard, build_app
 from consumers.gateway.audit import AuditUnavailable
 from consumers.gateway.keys import KeyRing, add_key, key_id, revoke_key
+from consumers.gateway.openapi_components import ApiError
 from consumers.gateway.runtime import Gateway
 from consumers.settings import GatewaySettings, Settings
 from pipeline import keys as object_keys
@@ -70,7 +71,7 @@ def missing(answer: Any) -> str | None:
     """The scope a 403 names (checked against the published error type), or None."""
     if answer.status_code != 403:
         return None
-    error = msgspec.json.decode(answer.content, type=openapi.ApiError).error  # the document's
+    error = msgspec.json.decode(answer.content, type=ApiError).error  # the document's
     assert error.code == "missing_scope" and error.type == "invalid_request_error"
     assert isinstance(error.scope, str) and error.scope in error.message
     return error.scope
