@@ -339,8 +339,8 @@ def test_no_join_while_a_slot_is_free_or_past_the_share_or_for_a_rare_voice() ->
     rare_router = fleet(2, 4, slots=2)
     fade(rare_router, 2000)
     home = rare_router.route("rare").worker
+    assert home is not None and rare_router.copies("rare", 2) == 1
     away = "w1" if home == "w0" else "w0"
-    assert rare_router.copies("rare", 2) == 1
     fill(rare_router, home, 3)
     fill(rare_router, away, 3)
     rare_router.sent("r0", Route("rare#1", 1, 0, away))  # it moved there once, still waits
