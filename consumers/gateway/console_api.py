@@ -46,14 +46,14 @@ from starlette.routing import Route
 
 from consumers.clients.revisions import latest_finished
 from consumers.fleet.router import LANES
-from consumers.gateway.resources import tenant_of_request, voice_not_found
+from consumers.gateway.resources import path_id, tenant_of_request, voice_not_found
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from pipeline import keys
 from pipeline.voices import read_voice
 from topics.events import AudioRef, ClipSpan, JobCompleted
 from topics.fleet import ProfileCounts, WorkerStatus
-from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX, check_id
+from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX
 
 MAX_ZIP_BYTES = 512 * 2**20  # a zip is built in memory: larger jobs download clip by clip
 AUDIO_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac",
@@ -188,16 +188,9 @@ def _json(obj: msgspec.Struct) -> Response:
     return Response(msgspec.json.encode(obj), media_type="application/json")
 
 
-def _id(request: Request, name: str, limit: int) -> str | Response:
-    try:
-        return check_id(name, request.path_params["id"], limit)
-    except ValueError as exc:
-        return json_error(400, str(exc), "invalid_request", param=name)
-
-
 async def reference(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
-    voice_id = _id(request, "voice_id", VOICE_ID_MAX)
+    voice_id = path_id(request, "voice_id", VOICE_ID_MAX)
     if isinstance(voice_id, Response):
         return voice_id
     tenant = tenant_of_request(request)
@@ -221,7 +214,7 @@ async def reference(request: Request) -> Response:
 async def _closed_job(request: Request) -> tuple[int, JobCompleted] | Response:
     """The job's latest finished version and its event."""
     gw: Gateway = request.app.state.gateway
-    job_id = _id(request, "job_id", REQUEST_ID_MAX)
+    job_id = path_id(request, "job_id", REQUEST_ID_MAX)
     if isinstance(job_id, Response):
         return job_id
     done = await asyncio.to_thread(functools.partial(latest_finished, gw.store, job_id,
