@@ -20,8 +20,9 @@ seconds, where the real bench (bench/peers.py) takes half an hour of a quiet mac
 What it leaves out, and why the real bench still decides: the transport, CPU contention on
 the bench machine (4 processes, the broker, the S3 server and the driver on 2 cores), status
 lag beyond STATUS_S, and the store load a miss costs. Against the real full runs it gives
-nginx's builds (834 against 832 and 843 measured) and the first fleet router's with home
-queue 0 (701 against 709), and p99s some 20-40 ms under the measured ones at 70 %.
+nginx's builds (834 against 832, 843 and 846 measured) and the first fleet router's with home
+queue 0 (701 against 709); against the run of 2026-12-05 (docs/benchmarks.md, section 8) the
+fleet's builds 489 against 510 and p99s within 15 ms up to 90 % load, 290 ms under at 110 %.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.peers import MAX_BATCH, NOMINAL_RPS, PROCESSES, SLOTS, plan, slices, trace
+from bench.routing import least_conn_pick, simulated_status
 from bench.stats import percentile
 from consumers.fleet.router import COPY_SHARE, HOME_QUEUE, FleetRouter
-from topics.fleet import MAX_HOT_VOICES, LaneLoad, WorkerStatus
+from topics.fleet import MAX_HOT_VOICES
 
 PARTITIONS = 12
 CACHE_ENTRIES = 256
@@ -85,9 +87,7 @@ class _Run:
 
     def route(self, i: int, voice: str) -> int:
         if self.router is None:  # nginx least_conn
-            fewest = min(self.inflight)
-            w: int = next(x for x in (*range(self.turn, PROCESSES), *range(self.turn))
-                     if self.inflight[x] == fewest)
+            w = least_conn_pick(self.inflight, self.turn)
             self.turn = (w + 1) % PROCESSES
             return w
         if self.now >= self.next_status:
@@ -135,11 +135,10 @@ class _Run:
     def publish(self) -> None:
         assert self.router is not None
         for w, proc in enumerate(self.procs):
-            lane = LaneLoad(partitions=self.owned[w], slots=SLOTS, inflight=proc.running,
-                            queued=proc.waiting)
-            self.router.apply(WorkerStatus(
-                worker=str(w), at_ms=int(self.now * 1000), interval_ms=int(STATUS_S * 1000),
-                lanes={"batch": lane}, hot=list(reversed(proc.cache))[:MAX_HOT_VOICES]))
+            self.router.apply(simulated_status(
+                w, partitions=self.owned[w], slots=SLOTS, running=proc.running,
+                queued=proc.waiting, hot=list(reversed(proc.cache))[:MAX_HOT_VOICES],
+                now_s=self.now, interval_s=STATUS_S))
 
 
 def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
@@ -148,9 +147,10 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
     """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds."""
     if design not in ("least_conn", "fleet"):
         raise ValueError(f"design must be least_conn or fleet, got {design!r}")
-    parts = [(name, load, count) for name, load, count in slices(plan(quick))
+    every = slices(plan(quick))  # the whole plan: the trace is cut the way the bench cuts it
+    parts = [(name, load, count) for name, load, count in every
              if name != "kill" and (name == "warm" or load <= max_load)]
-    voices = [r.voice_id for r in trace(sum(c for _, _, c in slices(plan(quick))), "sim")]
+    voices = [r.voice_id for r in trace(sum(c for _, _, c in every), "sim")]
     clock = [0.0]
     router = FleetRouter(partitions=PARTITIONS, balance=balance, home_queue=home_queue,
                          copy_share=copy_share, clock=lambda: clock[0],

@@ -18,8 +18,9 @@ from __future__ import annotations
 import heapq
 import random
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from topics.fleet import LaneLoad, WorkerStatus
 from topics.partitioning import partition_for
 
 
@@ -33,6 +34,26 @@ def voice_keyed(voices: Sequence[str], owner_of: Mapping[int, int], partitions: 
 
 def round_robin(count: int, workers: int) -> list[int]:
     return [i % workers for i in range(count)]
+
+
+def least_conn_pick(inflight: Sequence[int], turn: int) -> int:
+    """nginx least_conn's choice: the worker with the fewest requests in flight, ties taken
+    in turn from `turn` (the caller moves `turn` past the pick)."""
+    fewest = min(inflight)
+    workers = len(inflight)
+    pick: int = next(w for w in (*range(turn, workers), *range(turn)) if inflight[w] == fewest)
+    return pick
+
+
+def simulated_status(worker: int, *, partitions: list[int], slots: int, running: int,
+                     queued: int, hot: Iterable[str], now_s: float,
+                     interval_s: float) -> WorkerStatus:
+    """The batch-lane status a simulated worker publishes on tts.fleet: `hot` its cached
+    voices, most recent first."""
+    lane = LaneLoad(partitions=partitions, slots=slots, inflight=running, queued=queued)
+    return WorkerStatus(worker=str(worker), at_ms=int(now_s * 1000),
+                        interval_ms=int(interval_s * 1000), lanes={"batch": lane},
+                        hot=list(hot))
 
 
 def least_conn(count: int, workers: int, *, concurrency: int = 2, mean_service_s: float = 1.0,
@@ -63,8 +84,7 @@ def least_conn(count: int, workers: int, *, concurrency: int = 2, mean_service_s
                 if waits is not None:
                     waits[i] = finished_at - arrived
                 heapq.heappush(done, (finished_at + rng.expovariate(1 / mean_service_s), w))
-        fewest = min(inflight)
-        pick = next(w for w in (*range(turn, workers), *range(turn)) if inflight[w] == fewest)
+        pick = least_conn_pick(inflight, turn)
         turn = (pick + 1) % workers
         inflight[pick] += 1
         if inflight[pick] > concurrency:
@@ -88,7 +108,6 @@ def fleet_routed(voices: Sequence[str], owner_of: Mapping[int, int], partitions:
     every `status_s` of simulated time; the router counts its own requests from send to
     finish, as the gateway does."""
     from consumers.fleet.router import COPY_SHARE, HOME_QUEUE, FleetRouter
-    from topics.fleet import LaneLoad, WorkerStatus
 
     rng = random.Random(seed)  # noqa: S311 - a reproducible workload, not crypto
     workers = sorted(set(owner_of.values()))
@@ -119,11 +138,10 @@ def fleet_routed(voices: Sequence[str], owner_of: Mapping[int, int], partitions:
 
     def publish() -> None:
         for w in workers:
-            lane = LaneLoad(partitions=owned[w], slots=concurrency, inflight=running[w],
-                            queued=len(queues[w]))
-            router.apply(WorkerStatus(worker=str(w), at_ms=int(now[0] * 1000),
-                                      interval_ms=int(status_s * 1000), lanes={"batch": lane},
-                                      hot=list(reversed(hot[w]))))
+            router.apply(simulated_status(w, partitions=owned[w], slots=concurrency,
+                                          running=running[w], queued=len(queues[w]),
+                                          hot=reversed(hot[w]), now_s=now[0],
+                                          interval_s=status_s))
 
     next_status = 0.0
     routes: list[int] = []
