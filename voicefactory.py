@@ -86,7 +86,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return asyncio.run(topics_command(_settings(args), args.action,
                                       replication_factor=args.replication_factor,
                                       min_insync_replicas=args.min_insync_replicas,
-                                      partitions=args.partitions))
+                                      partitions=args.partitions, lanes=args.lanes))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -385,10 +385,14 @@ def build_parser() -> argparse.ArgumentParser:
     topics = common(sub.add_parser("topics", help="create, verify or grow the contract's "
                                                   "topics"))
     topics.add_argument("action", choices=["create", "describe", "grow"],
-                        help="create: the missing ones; describe: report drift; grow: both "
-                             "request lanes to --partitions (the fleet's ceiling of workers)")
+                        help="create: the missing ones; describe: report drift; grow: a pair "
+                             "of request lanes (--lanes) to --partitions")
     topics.add_argument("--partitions", type=int, default=None,
                         help="grow: the request lanes' new partition count")
+    topics.add_argument("--lanes", choices=["plain", "shards"], default="plain",
+                        help="grow: plain (tts.requests[.interactive], where a plain voice_id "
+                             "key lands; default) or shards (tts.requests[.interactive].shards, "
+                             "where routers send: the most workers the fleet feeds)")
     topics.add_argument("--replication-factor", type=int, default=None,
                         help="default: 3 on three or more brokers, else the broker count")
     topics.add_argument("--min-insync-replicas", type=int, default=None,

@@ -29,7 +29,7 @@ from minio import Minio
 
 from bench.readers import ResultLog
 from bench.stack import LocalStack
-from consumers.fleet.sending import RoutedSender, fleet_router
+from consumers.fleet.sending import RoutedSender, fleet_router, lane_sender
 from consumers.fleet.view import FleetView
 from consumers.gateway.failover import Failover
 from consumers.kafka import make_producer
@@ -256,8 +256,9 @@ class Load:
             router, self._view = await fleet_router(self._settings, self._producer)
             lane: RouteLane = ("interactive" if self._topic.endswith(REQUESTS_INTERACTIVE.name)
                                else "batch")
-            self.sender = RoutedSender(self._producer, self._topic, lane, router,
-                                       balance=self._balance)
+            self.sender = lane_sender(self._producer,
+                                      topic_names(self._settings.kafka.topic_prefix), lane,
+                                      router, balance=self._balance)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -34,6 +34,8 @@ from topics.specs import (
     JOBS,
     REQUESTS,
     REQUESTS_INTERACTIVE,
+    REQUESTS_INTERACTIVE_SHARDS,
+    REQUESTS_SHARDS,
     RESULTS,
     VOICES,
 )
@@ -71,10 +73,11 @@ AGGREGATOR_GROUP = "vf-aggregator"
 WORKER = Role(
     "worker",
     # requests of both lanes, cancels, and the fleet view its overflow router reads
-    read=(REQUESTS.name, REQUESTS_INTERACTIVE.name, CONTROL.name, FLEET.name),
+    read=(REQUESTS.name, REQUESTS_INTERACTIVE.name, REQUESTS_SHARDS.name,
+          REQUESTS_INTERACTIVE_SHARDS.name, CONTROL.name, FLEET.name),
     # results, dead letters, streamed chunks, its status, and overflow forwarded to a peer
     write=(RESULTS.name, DLQ.name, AUDIO.name, FLEET.name, REQUESTS.name,
-           REQUESTS_INTERACTIVE.name),
+           REQUESTS_INTERACTIVE.name, REQUESTS_SHARDS.name, REQUESTS_INTERACTIVE_SHARDS.name),
     groups=(SYNTH_GROUP,),
 )
 GATEWAY = Role(
@@ -82,7 +85,8 @@ GATEWAY = Role(
     # replies (chunks, results), job progress, the fleet view it routes by
     read=(AUDIO.name, RESULTS.name, JOBS.name, FLEET.name),
     # requests of both lanes, cancels, voice events, and the audit of what its keys did
-    write=(REQUESTS.name, REQUESTS_INTERACTIVE.name, CONTROL.name, VOICES.name, AUDIT.name),
+    write=(REQUESTS.name, REQUESTS_INTERACTIVE.name, REQUESTS_SHARDS.name,
+           REQUESTS_INTERACTIVE_SHARDS.name, CONTROL.name, VOICES.name, AUDIT.name),
     groups=(GATEWAY_GROUP,),
     describe_groups=(SYNTH_GROUP,),
 )
@@ -100,7 +104,8 @@ SUPER_USER = ADMIN.name
 
 # In Kubernetes no process is a super user: KEDA reads vf-synth's lag, the topics Job
 # creates and checks the contract's topics (`topics create`), nothing more.
-KEDA = Role("keda", describe=(REQUESTS.name, REQUESTS_INTERACTIVE.name),
+KEDA = Role("keda", describe=(REQUESTS.name, REQUESTS_INTERACTIVE.name, REQUESTS_SHARDS.name,
+                              REQUESTS_INTERACTIVE_SHARDS.name),
             describe_groups=(SYNTH_GROUP,))
 TOPICS_JOB = Role("topics", configure_topic_prefixes=("tts.",))
 KUBERNETES_ROLES: tuple[Role, ...] = (WORKER, GATEWAY, AGGREGATOR, KEDA, TOPICS_JOB)

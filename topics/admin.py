@@ -21,6 +21,8 @@ from topics.specs import (
     ALL_TOPICS,
     REQUESTS,
     REQUESTS_INTERACTIVE,
+    REQUESTS_INTERACTIVE_SHARDS,
+    REQUESTS_SHARDS,
     Replication,
     TopicSpec,
     replication_for,
@@ -147,20 +149,26 @@ async def _settled_metadata(admin: AIOKafkaAdminClient, names: list[str],
         await asyncio.sleep(0.2)
 
 
-# The request lanes may be grown past their spec (`topics grow`): the fleet's ceiling is their
-# partition count. Both lanes together, so a voice's two lanes stay on one partition number.
-GROWABLE = (REQUESTS.name, REQUESTS_INTERACTIVE.name)
+# The request lanes may be grown past their spec (`topics grow`), a pair at a time so that a
+# voice's two lanes stay on one partition number: the plain lanes (where a plain voice_id key
+# lands) or the shard lanes (where routers send: the fleet's ceiling is their partition count).
+LANE_PAIRS = {"plain": (REQUESTS.name, REQUESTS_INTERACTIVE.name),
+              "shards": (REQUESTS_SHARDS.name, REQUESTS_INTERACTIVE_SHARDS.name)}
+GROWABLE = LANE_PAIRS["plain"] + LANE_PAIRS["shards"]
 
 
 async def grow_request_lanes(admin: AIOKafkaAdminClient, *, prefix: str = "",
-                             partitions: int) -> list[str]:
-    """Give both request lanes `partitions` partitions (never fewer than they have: Kafka
-    cannot shrink a topic); returns the topics grown. Records already on them stay where
-    they are; new records of a plain voice_id key may land elsewhere (colder caches for a
-    while, nothing lost), routed ones follow the workers' new assignment."""
-    names = [prefix + name for name in GROWABLE]
+                             partitions: int, lanes: str = "plain") -> list[str]:
+    """Give one pair of request lanes (LANE_PAIRS) `partitions` partitions (never fewer than
+    they have: Kafka cannot shrink a topic); returns the topics grown. Records already on
+    them stay where they are; new records of a plain voice_id key may land elsewhere (colder
+    caches for a while, nothing lost), routed ones follow the workers' new assignment."""
+    if lanes not in LANE_PAIRS:
+        raise ValueError(f"lanes must be one of {', '.join(LANE_PAIRS)}, got {lanes!r}")
+    pair = LANE_PAIRS[lanes]
+    names = [prefix + name for name in pair]
     states = {s.name: s for s in await describe_topics(
-        admin, prefix=prefix, specs=tuple(s for s in ALL_TOPICS if s.name in GROWABLE))}
+        admin, prefix=prefix, specs=tuple(s for s in ALL_TOPICS if s.name in pair))}
     missing = [n for n in names if not states[n].exists]
     if missing:
         raise RuntimeError(f"topic(s) {', '.join(missing)} not found; run `topics create`")

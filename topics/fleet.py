@@ -6,7 +6,8 @@ turns the key into a partition as it always did; a worker reads the voice from t
 never from the key, so any key is correct and the shard only says where the work runs.
 
 `tts.fleet` (compacted, key = worker ID) carries one `WorkerStatus` per worker, republished
-about every `interval_ms`: the partitions of each request lane it owns, how much work waits
+about every `interval_ms`: the partitions of each request lane it owns (the plain topic's
+and the shard topic's), how much work waits
 for it in each lane, its device slots per lane and the voices whose profiles it holds. A
 router keeps the latest status per worker and treats one older than `stale_after_ms()` as
 gone; a worker that stops cleanly writes a tombstone (null value) under its key. Two
@@ -51,9 +52,13 @@ def parse_routing_key(key: str) -> tuple[str, int]:
 class LaneLoad(msgspec.Struct, omit_defaults=True, kw_only=True):
     """One lane of one worker: work waiting for it and the device slots it runs at once."""
 
-    partitions: list[int] = msgspec.field(default_factory=list)
+    partitions: list[int] = msgspec.field(default_factory=list)  # of the plain lane topic
     topic_partitions: int = 0  # the lane topic's partition count (it may have been grown)
-    backlog: int = 0  # records on its partitions not yet fetched (high watermark - position)
+    # The lane's shard topic (tts.requests[.interactive].shards), where routers send: its
+    # partitions this worker holds and the topic's count; absent from workers of before.
+    shards: list[int] = msgspec.field(default_factory=list)
+    shard_partitions: int = 0
+    backlog: int = 0  # not yet fetched on its partitions of both topics (high watermark - position)
     queued: int = 0  # fetched, waiting in the worker's queue or for a retry
     inflight: int = 0  # on the device now
     slots: int = 1  # device calls this lane may run at once

@@ -349,13 +349,23 @@ _CONSTRAINTS: dict[tuple[str, str], dict[str, Any]] = {
     ("ProfileCounts", "miss"): {"minimum": 0, "description": "computed from the reference"},
     ("LaneLoad", "partitions"): {
         "items": {"type": "integer", "minimum": 0},
-        "description": "the lane topic's partitions this worker owns",
+        "description": "the plain lane topic's partitions this worker owns",
     },
     ("LaneLoad", "topic_partitions"): {
-        "minimum": 0, "description": "the lane topic's partition count (0: not known yet)",
+        "minimum": 0, "description": "the plain lane topic's partition count (0: not known yet)",
+    },
+    ("LaneLoad", "shards"): {
+        "items": {"type": "integer", "minimum": 0},
+        "description": "the lane's shard topic (tts.requests[.interactive].shards) partitions "
+                       "this worker owns; routers send there once a live worker lists some",
+    },
+    ("LaneLoad", "shard_partitions"): {
+        "minimum": 0, "description": "the shard topic's partition count (0: not known yet, or "
+                                     "a worker of before)",
     },
     ("LaneLoad", "backlog"): {
-        "minimum": 0, "description": "records on those partitions not yet fetched",
+        "minimum": 0, "description": "records on those partitions (both topics) not yet "
+                                     "fetched",
     },
     ("LaneLoad", "queued"): {
         "minimum": 0, "description": "fetched, waiting in the worker's queue or for a retry",

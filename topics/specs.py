@@ -59,6 +59,15 @@ DLQ = TopicSpec("tts.dlq", 3, "delete", 30 * DAY_MS, "original key")
 # keying, so a voice's two lanes share a partition number and the worker that owns it.
 REQUESTS_INTERACTIVE = TopicSpec("tts.requests.interactive", REQUESTS.partitions, "delete",
                                  DAY_MS, ROUTING_KEY)
+# Shard lanes (docs/routing.md, "The ceiling"): where routers (the gateway, `job run`) send, one
+# per lane, wider than the plain lanes so that the fleet outgrows them: a consumer group gives
+# a partition to one member, so a lane's partition count is the most workers it can feed.
+# External producers keep the plain lanes; workers read all four.
+SHARD_PARTITIONS = 48
+REQUESTS_SHARDS = TopicSpec("tts.requests.shards", SHARD_PARTITIONS, "delete", 7 * DAY_MS,
+                            ROUTING_KEY)
+REQUESTS_INTERACTIVE_SHARDS = TopicSpec("tts.requests.interactive.shards", SHARD_PARTITIONS,
+                                        "delete", DAY_MS, ROUTING_KEY)
 AUDIO = TopicSpec("tts.audio", 12, "delete", DAY_MS, "request_id")  # binary chunks (chunks.py)
 CONTROL = TopicSpec("tts.control", 3, "delete", DAY_MS, "request_id or job_id")
 # Routing (topics/fleet.py): each worker's latest status; compacted, and old enough records
@@ -69,7 +78,8 @@ FLEET = TopicSpec("tts.fleet", 1, "compact,delete", DAY_MS, "worker")
 AUDIT = TopicSpec("tts.audit", 3, "delete", 365 * DAY_MS, "tenant")
 
 ALL_TOPICS: tuple[TopicSpec, ...] = (REQUESTS, VOICES, RESULTS, JOBS, DLQ,
-                                     REQUESTS_INTERACTIVE, AUDIO, CONTROL, FLEET, AUDIT)
+                                     REQUESTS_INTERACTIVE, AUDIO, CONTROL, FLEET, AUDIT,
+                                     REQUESTS_SHARDS, REQUESTS_INTERACTIVE_SHARDS)
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,8 @@ class TopicNames:
     control: str
     fleet: str
     audit: str
+    requests_shards: str
+    requests_interactive_shards: str
 
 
 def topic_names(prefix: str = "") -> TopicNames:
@@ -98,4 +110,6 @@ def topic_names(prefix: str = "") -> TopicNames:
         control=prefix + CONTROL.name,
         fleet=prefix + FLEET.name,
         audit=prefix + AUDIT.name,
+        requests_shards=prefix + REQUESTS_SHARDS.name,
+        requests_interactive_shards=prefix + REQUESTS_INTERACTIVE_SHARDS.name,
     )

@@ -1,8 +1,8 @@
 """`voicefactory topics create|describe|grow`: the contract's topics on the broker, and drift.
 
-    settings --admin_client--> create_topics (create only) or grow_request_lanes (grow: both
-    request lanes to N partitions), at the replication the flags name or the broker count
-    implies (topics.specs.replication_for) --> describe_topics --> one line
+    settings --admin_client--> create_topics (create only) or grow_request_lanes (grow: a pair
+    of request lanes, plain or shards, to N partitions), at the replication the flags name or
+    the broker count implies (topics.specs.replication_for) --> describe_topics --> one line
     per topic on stdout --> drift() against topics/specs.py --> `drift: ...` lines on stderr,
     exit 1 when there is any, else 0
 """
@@ -26,7 +26,8 @@ from topics.admin import (
 
 async def topics_command(settings: Settings, action: str, *, replication_factor: int | None,
                          min_insync_replicas: int | None, partitions: int | None = None,
-                         out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+                         lanes: str = "plain", out: TextIO = sys.stdout,
+                         err: TextIO = sys.stderr) -> int:
     prefix = settings.kafka.topic_prefix
     admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
     await admin.start()
@@ -43,7 +44,8 @@ async def topics_command(settings: Settings, action: str, *, replication_factor:
         elif action == "grow":
             assert partitions is not None, "the CLI asks for --partitions"
             try:
-                grown = await grow_request_lanes(admin, prefix=prefix, partitions=partitions)
+                grown = await grow_request_lanes(admin, prefix=prefix, partitions=partitions,
+                                                 lanes=lanes)
             except (ValueError, RuntimeError) as exc:
                 print(f"topics grow: {exc}", file=err)
                 return 1
@@ -51,11 +53,11 @@ async def topics_command(settings: Settings, action: str, *, replication_factor:
                   "; workers take the new partitions at their next rebalance", file=out)
         states = await describe_topics(admin, prefix=prefix)
         for s in states:
-            print(f"{s.name:24} partitions={s.partitions:<3} rf={s.replication_factor} "
+            print(f"{s.name:32} partitions={s.partitions:<3} rf={s.replication_factor} "
                   f"min.insync.replicas={s.configs.get('min.insync.replicas', '-')} "
                   f"cleanup={s.configs.get('cleanup.policy', '-')} "
                   f"retention.ms={s.configs.get('retention.ms', '-')}" if s.exists
-                  else f"{s.name:24} MISSING", file=out)
+                  else f"{s.name:32} MISSING", file=out)
         problems = drift(states, prefix=prefix, replication_factor=wanted.factor,
                          min_insync_replicas=wanted.min_insync)
         for p in problems:

@@ -3,7 +3,9 @@ a popular voice is shared by as many workers as its traffic keeps busy, and only
 exceeds a worker's share moves on.
 
     statuses (tts.fleet, via FleetView) -> apply(): who owns which partition of each lane,
-        what waits for each worker (`others`: the fleet's load less this router's own)
+        what waits for each worker (`others`: the fleet's load less this router's own); a
+        lane's shard topic (tts.requests[.interactive].shards, wider than the plain one) as
+        soon as a live worker says it holds some of it, else its plain topic
     route(voice, lane) -> the voice's preference list, walked lazily: shard 0, 1, 2, ...
         -> murmur2(routing key) -> partition -> its live owner, each worker once (a
         consistent-hash order of the workers, fixed per voice while ownership holds)
@@ -18,7 +20,7 @@ exceeds a worker's share moves on.
         then, when that worker has no free slot and the voice has copies: a copy within
         its share where this router's earlier requests of the voice still wait instead
         (the new one joins their batch: one more item on a call, not a call of its own)
-           -> Route(key, partition, worker)
+           -> Route(key, partition, worker, sharded: which of the lane's topics)
     sent(request_id, route) / done(request_id): this router's own outstanding requests per
         worker, counted at once, so a burst is spread before the next status arrives; sent()
         also counts the voice's popularity (decayed, half-life POPULARITY_HALF_LIFE)
@@ -56,7 +58,14 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TypeVar
 
-from topics.fleet import MAX_SHARD, STALE_INTERVALS, RouteLane, WorkerStatus, routing_key
+from topics.fleet import (
+    MAX_SHARD,
+    STALE_INTERVALS,
+    LaneLoad,
+    RouteLane,
+    WorkerStatus,
+    routing_key,
+)
 from topics.partitioning import partition_for
 
 _K = TypeVar("_K")
@@ -76,6 +85,7 @@ class Route:
     shard: int
     partition: int | None  # None: no view, the producer's partitioner picks from the key
     worker: str | None  # who owns that partition now, as the view said
+    sharded: bool = False  # the partition is of the lane's shard topic, not its plain one
 
 
 @dataclass
@@ -99,8 +109,10 @@ class FleetRouter:
             raise ValueError(f"VF_ROUTE_HOME_QUEUE must be >= 0, got {home_queue}")
         if not 0 < copy_share <= 1:
             raise ValueError(f"VF_ROUTE_COPY_SHARE must be within (0, 1], got {copy_share}")
-        self.partitions = partitions
+        self.partitions = partitions  # the plain lanes' count
         self._configured = partitions  # what the topic had when this router was made
+        # Per lane: the partition count routes hash over, and whether that is the shard topic.
+        self._spans: dict[str, tuple[int, bool]] = {}
         self.balance = balance
         self.home_queue = home_queue
         self.copy_share = copy_share
@@ -135,8 +147,7 @@ class FleetRouter:
             self.remove(status.worker)
             return
         changed = held is None or any(
-            (held.lane(n).partitions, held.lane(n).topic_partitions)
-            != (status.lane(n).partitions, status.lane(n).topic_partitions)
+            _ownership(held.lane(n)) != _ownership(status.lane(n))
             for n in LANES) or held.draining != status.draining
         self._status[status.worker] = status
         self._seen_at[status.worker] = self._clock()
@@ -187,10 +198,17 @@ class FleetRouter:
         # The lanes may have been grown since this router started: the workers say so.
         self.partitions = max([self._configured, *(s.lane(n).topic_partitions
                                                    for s in live for n in LANES)])
-        for status in live:
-            for name in LANES:
-                for p in status.lane(name).partitions:
-                    if 0 <= p < self.partitions:
+        for name in LANES:
+            # A lane's shard topic once any live worker holds part of it (workers of
+            # before hold none and keep the plain topic's plain-keyed records).
+            wide = max((s.lane(name).shard_partitions for s in live
+                        if s.lane(name).shards), default=0)
+            span = (wide, True) if wide else (self.partitions, False)
+            self._spans[name] = span
+            for status in live:
+                held = status.lane(name).shards if span[1] else status.lane(name).partitions
+                for p in held:
+                    if 0 <= p < span[0]:
                         owners[name][p] = status.worker
         self._owners = owners
         self._live = [s.worker for s in live]
@@ -226,6 +244,7 @@ class FleetRouter:
             return load + 1 <= max(self._slots(lane, worker) + self.home_queue, fair)
 
         hot = {w for w in workers if voice_id in self._hot.get(w, ())}
+        sharded = self._spans.get(lane, (0, False))[1]
         walk = self._walk_fit(voice_id, lane, owners, skip)
         # Its copies: the first `copies` workers of its order (its home alone for most).
         # They may queue up to home_queue: a rare voice waits at home rather than moving.
@@ -247,7 +266,7 @@ class FleetRouter:
         if (best[0] + 1 > self._slots(lane, best[3]) and len(copies) > 1
                 and (lane, best[3], voice_id) not in self._voice_at):
             best = self._join(voice_id, lane, owners, copies, spread) or best
-        return self._route(voice_id, best)
+        return self._route(voice_id, best, sharded)
 
     def _join(self, voice_id: str, lane: RouteLane, owners: dict[int, str], copies: set[str],
               fits: Callable[[str, int], bool]) -> tuple[int, int, int, str] | None:
@@ -309,9 +328,9 @@ class FleetRouter:
         return ties[turn % len(ties)]
 
     @staticmethod
-    def _route(voice_id: str, choice: tuple[int, int, int, str]) -> Route:
+    def _route(voice_id: str, choice: tuple[int, int, int, str], sharded: bool) -> Route:
         _, shard, partition, worker = choice
-        return Route(routing_key(voice_id, shard), shard, partition, worker)
+        return Route(routing_key(voice_id, shard), shard, partition, worker, sharded)
 
     def _slots(self, lane: str, worker: str) -> int:
         status = self._status.get(worker)
@@ -326,13 +345,14 @@ class FleetRouter:
             self._turns.clear()
         walk = self._walks.setdefault((lane, voice_id), _Walk())
         yield from list(walk.found)
+        span = self._spans.get(lane, (self.partitions, False))[0]
         every = set(owners.values())
         # Enough shards to meet every owner (coupon collector: ~n ln n for n workers).
         limit = min(MAX_SHARD, 64 + 16 * len(every))
         while len(walk.seen) < len(every) and walk.next_shard <= limit:
             shard = walk.next_shard
             walk.next_shard += 1
-            partition = partition_for(routing_key(voice_id, shard), self.partitions)
+            partition = partition_for(routing_key(voice_id, shard), span)
             worker = owners.get(partition)
             if worker is None or worker in walk.seen:
                 continue
@@ -414,3 +434,8 @@ def _add(counts: dict[_K, int], key: _K, delta: int) -> None:
         counts[key] = left
     else:
         counts.pop(key, None)
+
+
+def _ownership(load: LaneLoad) -> tuple[list[int], int, list[int], int]:
+    """What of a lane's status decides the owner map (its load does not)."""
+    return load.partitions, load.topic_partitions, load.shards, load.shard_partitions

@@ -1,8 +1,9 @@
 """Producing requests by route: what the gateway, `job run` and the benchmarks share.
 
     RoutedSender.send(request) -> router.route(voice, lane) (or the plain voice_id when
-        routing is off or the view is empty) -> producer.send(topic, value, key=routing
-        key, partition=the route's) -> router.sent(request_id, route): counted at once
+        routing is off or the view is empty) -> producer.send(the lane's shard topic when
+        the route is sharded, else its plain topic, value, key=routing key, partition=the
+        route's) -> router.sent(request_id, route): counted at once
     done(request_id): its answer came (or the caller gave up): no longer counted
 
 `fleet_router(settings, producer)` builds the process's one router and its FleetView, sized
@@ -21,15 +22,16 @@ from consumers.fleet.view import FleetView
 from consumers.settings import Settings
 from topics.events import SynthesisRequest, encode
 from topics.fleet import RouteLane, routing_key
-from topics.specs import topic_names
+from topics.specs import TopicNames, topic_names
 
 
 class RoutedSender:
     def __init__(self, producer: Any, topic: str, lane: RouteLane,
-                 router: FleetRouter | None, *, balance: float | None = None,
-                 answer_follows: bool = True) -> None:
+                 router: FleetRouter | None, *, shard_topic: str | None = None,
+                 balance: float | None = None, answer_follows: bool = True) -> None:
         self._producer = producer
-        self.topic = topic
+        self.topic = topic  # the plain lane: a route without a partition, or workers of before
+        self.shard_topic = shard_topic or topic
         self.lane: RouteLane = lane
         self.router = router
         self.balance = balance
@@ -47,7 +49,8 @@ class RoutedSender:
                    avoid: Iterable[str] = ()) -> tuple[Route, asyncio.Future[Any]]:
         """Queue one record; returns its route and the broker's acknowledgement future."""
         route = self.route(request, avoid)
-        future = await self._producer.send(self.topic, encode(request), key=route.key.encode(),
+        topic = self.shard_topic if route.sharded else self.topic
+        future = await self._producer.send(topic, encode(request), key=route.key.encode(),
                                            partition=route.partition, headers=list(headers))
         if self.router is not None:
             self.router.sent(request.request_id, route, self.lane,
@@ -76,14 +79,23 @@ async def fleet_router(settings: Settings,
     return router, view
 
 
-def lane_topic(settings: Settings, lane: RouteLane) -> str:
-    names = topic_names(settings.kafka.topic_prefix)
-    return names.requests_interactive if lane == "interactive" else names.requests
+def lane_topics(names: TopicNames, lane: RouteLane) -> tuple[str, str]:
+    """`lane`'s (plain topic, shard topic)."""
+    if lane == "interactive":
+        return names.requests_interactive, names.requests_interactive_shards
+    return names.requests, names.requests_shards
+
+
+def lane_sender(producer: Any, names: TopicNames, lane: RouteLane, router: FleetRouter | None,
+                *, balance: float | None = None, answer_follows: bool = True) -> RoutedSender:
+    plain, shards = lane_topics(names, lane)
+    return RoutedSender(producer, plain, lane, router, shard_topic=shards, balance=balance,
+                        answer_follows=answer_follows)
 
 
 async def routed(settings: Settings, producer: Any, lane: RouteLane, *,
                  balance: float | None = None) -> tuple[RoutedSender, FleetView | None]:
-    """A sender for `lane`'s topic over a router of its own (see fleet_router)."""
+    """A sender for `lane`'s topics over a router of its own (see fleet_router)."""
     router, view = await fleet_router(settings, producer)
-    return RoutedSender(producer, lane_topic(settings, lane), lane, router,
-                        balance=balance), view
+    names = topic_names(settings.kafka.topic_prefix)
+    return lane_sender(producer, names, lane, router, balance=balance), view

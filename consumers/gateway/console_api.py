@@ -73,7 +73,8 @@ class JobTimeline(msgspec.Struct, kw_only=True):
 
 
 class FleetLane(msgspec.Struct, kw_only=True):
-    partitions: list[int]
+    partitions: list[int]  # of the plain lane topic
+    shards: list[int]  # of the lane's shard topic, where routers send
     backlog: int
     queued: int
     inflight: int
@@ -361,7 +362,8 @@ def workers(gw: Gateway) -> list[FleetWorker]:
         lanes: dict[str, FleetLane] = {}
         for name in LANES:
             lane = status.lane(name)
-            lanes[name] = FleetLane(partitions=lane.partitions, backlog=lane.backlog,
+            lanes[name] = FleetLane(partitions=lane.partitions, shards=lane.shards,
+                                    backlog=lane.backlog,
                                     queued=lane.queued, inflight=lane.inflight,
                                     slots=lane.slots, load=lane.load)
         out.append(FleetWorker(id=status.worker, alive=router.alive(status.worker),
@@ -390,7 +392,7 @@ async def fleet(request: Request) -> Response:
         workers=workers(gw), cache=cache, errors_by_code=by_code,
         interactive_lag=InteractiveLag(
             total=gw.lag.lag, threshold=limits.lag_threshold,
-            partitions={str(p): n for p, n in sorted(gw.lag.by_partition.items())}),
+            partitions=dict(sorted(gw.lag.by_partition.items(), key=_plain_first))),
         gateway=ReplicaState(instance=gw.settings.worker.instance_id,
                              open_streams=gw.limiter.open_streams(),
                              reply_partitions=sorted(gw.router.partitions)),
@@ -406,3 +408,9 @@ def routes() -> list[Route]:
             Route("/v1/jobs/{id}/clips.zip", clips_zip, methods=["GET"]),
             Route("/v1/jobs/{id}/timeline", timeline, methods=["GET"]),
             Route("/v1/fleet", fleet, methods=["GET"])]
+
+
+def _plain_first(item: tuple[str, int]) -> tuple[bool, int]:
+    """Lag columns in partition order, the plain lane's ("3") before the shard lane's ("s3")."""
+    label = item[0]
+    return label.startswith("s"), int(label.lstrip("s"))

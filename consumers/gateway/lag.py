@@ -1,7 +1,8 @@
 """Back-pressure: the interactive lane's lag, sampled in the background.
 
-Every `interval_s`: the synthesis group's committed offsets on tts.requests.interactive
-(admin client, OffsetFetch) and the topic's begin/end offsets (the reply consumer's
+Every `interval_s`: the synthesis group's committed offsets on the interactive lane's two
+topics, tts.requests.interactive and its shard topic (admin client, OffsetFetch), and their
+begin/end offsets (the reply consumer's
 ListOffsets) -> lag = sum over partitions of end - max(committed, begin): requests produced
 and not yet finished (workers commit only below their lowest unfinished request) -> the
 app's speech route answers 503 with Retry-After while the lag is above the threshold, rather
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -26,17 +27,21 @@ log = logging.getLogger(__name__)
 
 class LagSampler:
     def __init__(self, *, admin: Callable[[], AIOKafkaAdminClient | None],
-                 offsets: Callable[[], AIOKafkaConsumer | None], topic: str,
-                 partitions: int, group_id: str, interval_s: float,
+                 offsets: Callable[[], AIOKafkaConsumer | None],
+                 topics: Sequence[tuple[str, int]], group_id: str, interval_s: float,
                  on_sample: Callable[[int], None] = lambda lag: None) -> None:
         self._admin = admin  # getters: the clients exist only once the gateway started
         self._offsets = offsets  # a started consumer to ask for begin/end offsets
-        self._tps = [TopicPartition(topic, p) for p in range(partitions)]
+        # (topic, partition count), the plain lane first: its partitions are labelled "3",
+        # the shard topic's "s3", in by_partition.
+        self._tps = [TopicPartition(topic, p) for topic, n in topics for p in range(n)]
+        self._labels = {tp: (str(tp.partition) if tp.topic == topics[0][0]
+                             else f"s{tp.partition}") for tp in self._tps}
         self._group_id = group_id
         self._interval_s = interval_s
         self._on_sample = on_sample
         self.lag: int | None = None  # None until the first sample
-        self.by_partition: dict[int, int] = {}  # the last sample, per partition (GET /v1/fleet)
+        self.by_partition: dict[str, int] = {}  # the last sample, per partition (GET /v1/fleet)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -60,7 +65,7 @@ class LagSampler:
         each = {}
         for tp in self._tps:
             done = committed[tp].offset if tp in committed else -1
-            each[tp.partition] = max(0, ends.get(tp, 0) - max(done, begins.get(tp, 0)))
+            each[self._labels[tp]] = max(0, ends.get(tp, 0) - max(done, begins.get(tp, 0)))
         self.by_partition = each
         return sum(each.values())
 

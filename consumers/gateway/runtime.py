@@ -22,7 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from consumers import kafka_access, startup
-from consumers.fleet.sending import RoutedSender, fleet_router
+from consumers.fleet.sending import RoutedSender, fleet_router, lane_sender
 from consumers.fleet.view import FleetView
 from consumers.gateway.audit import Audit
 from consumers.gateway.failover import Failover
@@ -42,7 +42,7 @@ from topics.admin import admin_client
 from topics.chunks import REPLY_PARTITION
 from topics.control import cancel, control_key
 from topics.events import SynthesisRequest, encode
-from topics.specs import REQUESTS_INTERACTIVE, topic_names
+from topics.specs import REQUESTS_INTERACTIVE, REQUESTS_INTERACTIVE_SHARDS, topic_names
 from topics.tenancy import scoped_id
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,10 @@ class Gateway:
                            on_record=self.metrics.on_audit)
         self._admin: AIOKafkaAdminClient | None = None  # made in start(): needs a loop
         self.lag = LagSampler(admin=lambda: self._admin, offsets=lambda: self.router.consumer,
-                              topic=self.names.requests_interactive,
-                              partitions=REQUESTS_INTERACTIVE.partitions,
+                              topics=[(self.names.requests_interactive,
+                                       REQUESTS_INTERACTIVE.partitions),
+                                      (self.names.requests_interactive_shards,
+                                       REQUESTS_INTERACTIVE_SHARDS.partitions)],
                               group_id=settings.worker.group_id,
                               interval_s=settings.gateway.lag_interval_s,
                               on_sample=self.metrics.set_lag)
@@ -122,15 +124,14 @@ class Gateway:
         routes, self.fleet = await fleet_router(self.settings, producer)
         if self.fleet is not None:
             startup.push_stop(stack, "fleet view", self._stop_fleet, logger=log)
-        interactive = RoutedSender(producer, self.names.requests_interactive, "interactive",
-                                   routes)
+        interactive = lane_sender(producer, self.names, "interactive", routes)
         # Jobs' answers go to tts.results, which the gateway does not read: counted by the
         # router until the worker's next status includes them.
         self.senders = {
             self.names.requests_interactive: interactive,
-            self.names.requests: RoutedSender(producer, self.names.requests, "batch",
-                                              routes, balance=routing.job_balance,
-                                              answer_follows=False)}
+            self.names.requests: lane_sender(producer, self.names, "batch", routes,
+                                             balance=routing.job_balance,
+                                             answer_follows=False)}
         if routes is not None and routing.failover_ms > 0:
             self.failover = Failover(interactive, chunks_of=self.router.chunks_of,
                                      after_s=routing.failover_ms / 1000,

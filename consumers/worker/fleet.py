@@ -1,13 +1,14 @@
 """The worker's part of the fleet view: its status on tts.fleet, about twice a second.
 
-    every interval: consumer.assignment() -> per lane (lanes.lane_of): its partitions, the
-        records on them not yet fetched (high watermark - position), the fetched ones still
-        queued (VoiceBatcher) and the rest of those taken and unanswered (Checkpoint, on the
-        device or being published), its device slots -> `WorkerStatus` (topics/fleet.py),
-        plus the voices whose profiles the cache holds, and since the worker started its
-        profile cache lookups (hit/store/miss) and its failed results by error code
-        (WorkerMetrics' plain counts, the numbers behind vf_profile_cache_total and
-        vf_requests_total) -> tts.fleet, keyed by worker ID
+    every interval: consumer.assignment() -> per lane (lanes.lane_of): its partitions of the
+        plain topic and of the shard topic (lanes.is_shard_lane), the records on them not
+        yet fetched (high watermark - position), the fetched ones still queued (VoiceBatcher)
+        and the rest of those taken and unanswered (Checkpoint, on the device or being
+        published), its device slots -> `WorkerStatus` (topics/fleet.py), plus the voices
+        whose profiles the cache holds, and since the worker started its profile cache
+        lookups (hit/store/miss) and its failed results by error code (WorkerMetrics' plain
+        counts, the numbers behind vf_profile_cache_total and vf_requests_total) -> tts.fleet,
+        keyed by worker ID
     draining (SIGTERM): one status saying so, so routers stop sending here at once
     stopped: a tombstone under the key, so routers forget this worker without waiting
 
@@ -28,7 +29,7 @@ from typing import Any
 from consumers.metrics import WorkerMetrics
 from consumers.worker.batching import Lane, VoiceBatcher
 from consumers.worker.checkpoint import Checkpoint
-from consumers.worker.lanes import lane_of
+from consumers.worker.lanes import is_shard_lane, lane_of
 from topics.fleet import MAX_HOT_VOICES, LaneLoad, ProfileCounts, WorkerStatus, encode_status
 from topics.specs import TopicNames
 
@@ -67,13 +68,21 @@ class StatusReporter:
             if lane not in lanes:
                 continue
             load = lanes[lane]
-            load.partitions.append(tp.partition)
+            (load.shards if is_shard_lane(tp.topic, self._names)
+             else load.partitions).append(tp.partition)
             load.backlog += await self._unfetched(tp)
             taken[lane] += self._cp.inflight(tp)
-        for topic in (self._names.requests, self._names.requests_interactive):
+        names = self._names
+        for topic in (names.requests, names.requests_interactive, names.requests_shards,
+                      names.requests_interactive_shards):
             known = self._consumer.partitions_for_topic(topic)
-            if known:
-                lanes[lane_of(topic, self._names)].topic_partitions = len(known)
+            if not known:
+                continue
+            load = lanes[lane_of(topic, names)]
+            if is_shard_lane(topic, names):
+                load.shard_partitions = len(known)
+            else:
+                load.topic_partitions = len(known)
         for name, load in lanes.items():
             load.queued = self._batcher.qsize(name)  # type: ignore[arg-type]
             load.inflight = max(0, taken[name] - load.queued)

@@ -1,7 +1,9 @@
 """The two request lanes on the worker (DESIGN.md, "Lanes"): which topic is which lane, when
 a lane's partitions are paused, the interactive lane's default deadline, and the assignor.
 
-    tts.requests.interactive + tts.requests  (one subscription, one group, same partitioning)
+    tts.requests.interactive + tts.requests  (plain lanes: external producers' voice_id keys)
+    + tts.requests.interactive.shards + tts.requests.shards  (shard lanes: where routers send)
+        (one subscription, one group; each pair shares its partition count)
         --lane_of(record.topic)--> InFlightRequest.lane --> VoiceBatcher (interactive first,
         batch keeps its minimum share: batching.ShareRule)
     fetch loop, every round: paused_partitions(assignment, queue depths) -> consumer.pause
@@ -16,7 +18,9 @@ callers wait, and fetching resumes as soon as the interactive queue is empty.
 Co-partitioning: a voice's two lanes share a partition number (same count, same key); the
 range assignor gives every member the same partition numbers of every topic its members all
 subscribe to with equal counts, so both lanes of a voice land on one worker. Round-robin and
-sticky do not promise that: `check_assignor` warns.
+sticky do not promise that: `check_assignor` warns. The shard lanes are a second such pair,
+wider (48 partitions by default): a member beyond the plain lanes' partition count owns shard
+partitions only, and answers what routers send it there (docs/routing.md, "The ceiling").
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ CO_PARTITIONING_ASSIGNORS = ("range",)
 
 
 def lane_topics(names: TopicNames) -> list[str]:
-    """What the worker subscribes to, interactive first."""
-    return [names.requests_interactive, names.requests]
+    """What the worker subscribes to, interactive first, then the shard lanes."""
+    return [names.requests_interactive, names.requests, names.requests_interactive_shards,
+            names.requests_shards]
 
 
 class MissingTopics(RuntimeError):
@@ -52,8 +57,9 @@ class MissingTopics(RuntimeError):
 
 
 async def check_topics(consumer: Any, names: TopicNames) -> None:
-    """Before joining the group: both request lanes must exist (a cluster that predates
-    the interactive lane lacks one), else the worker would stop on an unnamed broker error."""
+    """Before joining the group: every request lane must exist (a cluster that predates the
+    interactive lane or the shard lanes lacks some), else the worker would stop on an
+    unnamed broker error."""
     existing = await consumer.topics()
     missing = [t for t in lane_topics(names) if t not in existing]
     if missing:
@@ -62,7 +68,12 @@ async def check_topics(consumer: Any, names: TopicNames) -> None:
 
 
 def lane_of(topic: str, names: TopicNames) -> Lane:
-    return "interactive" if topic == names.requests_interactive else "batch"
+    interactive = (names.requests_interactive, names.requests_interactive_shards)
+    return "interactive" if topic in interactive else "batch"
+
+
+def is_shard_lane(topic: str, names: TopicNames) -> bool:
+    return topic in (names.requests_shards, names.requests_interactive_shards)
 
 
 def paused_partitions(assignment: Iterable[TopicPartition], names: TopicNames, *,

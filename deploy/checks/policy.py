@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from topics.specs import REQUESTS
+from topics.specs import REQUESTS, REQUESTS_SHARDS
 
 __all__ = ["Doc", "find", "parse", "worker_policy"]
 
@@ -145,27 +145,30 @@ def _scaled_object(docs: list[Doc], config: dict[str, str]) -> list[str]:
     problems = []
     if spec["scaleTargetRef"].get("kind") != "StatefulSet":
         problems.append("ScaledObject must target the StatefulSet")
-    if spec.get("maxReplicaCount", 100) > REQUESTS.partitions:
+    if spec.get("maxReplicaCount", 100) > REQUESTS_SHARDS.partitions:
         problems.append(f"maxReplicaCount {spec.get('maxReplicaCount')} exceeds the "
-                        f"{REQUESTS.partitions} partitions of {REQUESTS.name}")
-    kafka = [t for t in spec.get("triggers", []) if t.get("type") == "kafka"]
-    if len(kafka) != 1:
-        return [*problems, f"expected one kafka trigger, found {len(kafka)}"]
-    meta = kafka[0].get("metadata", {})
+                        f"{REQUESTS_SHARDS.partitions} partitions of {REQUESTS_SHARDS.name}")
+    prefix = config.get("VF_TOPIC_PREFIX", "")
+    kafka = {t.get("metadata", {}).get("topic"): t.get("metadata", {})
+             for t in spec.get("triggers", []) if t.get("type") == "kafka"}
+    # The batch lane's two topics: plain-keyed producers' and the routers' (the shard lane).
+    topics = [prefix + REQUESTS.name, prefix + REQUESTS_SHARDS.name]
+    if sorted(kafka, key=str) != sorted(topics):
+        problems.append(f"expected kafka triggers on {' and '.join(topics)}, found "
+                        f"{', '.join(map(repr, kafka)) or 'none'}")
     want = {
-        "topic": config.get("VF_TOPIC_PREFIX", "") + REQUESTS.name,
         # Unset, the worker's group carries the topic prefix (consumers.settings).
-        "consumerGroup": config.get("VF_GROUP_ID",
-                                    config.get("VF_TOPIC_PREFIX", "") + "vf-synth"),
+        "consumerGroup": config.get("VF_GROUP_ID", prefix + "vf-synth"),
         "bootstrapServers": config.get("VF_KAFKA_BOOTSTRAP", ""),
     }
-    for key, value in want.items():
-        if meta.get(key) != value:
-            problems.append(f"ScaledObject kafka trigger {key} is {meta.get(key)!r}, the "
-                            f"worker uses {value!r}")
-    threshold = str(meta.get("lagThreshold", ""))
-    if not threshold.isdigit() or int(threshold) <= 0:
-        problems.append(f"lagThreshold {threshold!r} must be a positive integer")
+    for topic, meta in kafka.items():
+        for key, value in want.items():
+            if meta.get(key) != value:
+                problems.append(f"ScaledObject kafka trigger on {topic}: {key} is "
+                                f"{meta.get(key)!r}, the worker uses {value!r}")
+        threshold = str(meta.get("lagThreshold", ""))
+        if not threshold.isdigit() or int(threshold) <= 0:
+            problems.append(f"lagThreshold {threshold!r} must be a positive integer")
     return problems
 
 

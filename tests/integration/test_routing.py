@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from consumers.fleet.router import FleetRouter
-from consumers.fleet.sending import RoutedSender, fleet_router
+from consumers.fleet.sending import RoutedSender, fleet_router, lane_sender
 from consumers.fleet.view import FleetView
 from consumers.kafka import make_producer
 from consumers.settings import Settings
@@ -83,8 +83,8 @@ async def send_all(settings: Settings, requests: list[SynthesisRequest],
         try:
             await until(lambda: len(router.workers("batch")) >= workers, 60,
                         f"{workers} workers owning partitions in the view")
-            sender = RoutedSender(producer, topic_names(settings.kafka.topic_prefix).requests,
-                                  "batch", router, balance=balance)
+            sender = lane_sender(producer, topic_names(settings.kafka.topic_prefix), "batch",
+                                 router, balance=balance)
             acks = [(await sender.send(r))[1] for r in requests]
             await asyncio.gather(*acks)
             return sender

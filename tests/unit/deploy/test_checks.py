@@ -263,9 +263,9 @@ def test_the_command_line_exit_codes(checkout: Callable[[], runner.Layout]) -> N
     assert ok.returncode == 0, ok.stderr
     assert "3 checks, 0 failed" in ok.stdout
     layout = checkout()
-    edit(layout.k8s / "base" / "worker-scaledobject.yaml", "maxReplicaCount: 12",
-         "maxReplicaCount: 13")
+    edit(layout.k8s / "base" / "worker-scaledobject.yaml", "maxReplicaCount: 48",
+         "maxReplicaCount: 49")
     bad = run("--root", str(layout.root), "kustomize", "policy")
     assert bad.returncode == 1
-    assert "FAIL policy" in bad.stdout and "maxReplicaCount 13 exceeds" in bad.stderr
+    assert "FAIL policy" in bad.stdout and "maxReplicaCount 49 exceeds" in bad.stderr
     assert run("nonsense").returncode == 2

@@ -12,7 +12,7 @@ import pytest
 
 from deploy.checks import policy, runner
 from tests.unit.deploy.conftest import ROOT, edit
-from topics.specs import REQUESTS
+from topics.specs import REQUESTS_SHARDS
 
 pytestmark = pytest.mark.timeout(1800)  # a cold tool cache builds Go tools first
 
@@ -79,21 +79,23 @@ def test_scaled_object_watches_the_workers_topic_and_group(rendered: dict[str, s
     spec = so["spec"]
     assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "StatefulSet",
                                       "name": "vf-worker"}
-    [trigger] = spec["triggers"]
-    assert trigger["type"] == "kafka"
-    meta = trigger["metadata"]
-    assert meta["topic"] == config["VF_TOPIC_PREFIX"] + "tts.requests"
-    assert meta["consumerGroup"] == config["VF_GROUP_ID"] == "vf-synth"
-    assert meta["bootstrapServers"] == config["VF_KAFKA_BOOTSTRAP"]
-    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"] <= REQUESTS.partitions
-    assert int(meta["lagThreshold"]) > 0
+    plain, shards = spec["triggers"]
+    assert plain["type"] == shards["type"] == "kafka"
+    assert plain["metadata"]["topic"] == config["VF_TOPIC_PREFIX"] + "tts.requests"
+    assert shards["metadata"]["topic"] == config["VF_TOPIC_PREFIX"] + "tts.requests.shards"
+    for meta in (plain["metadata"], shards["metadata"]):
+        assert meta["consumerGroup"] == config["VF_GROUP_ID"] == "vf-synth"
+        assert meta["bootstrapServers"] == config["VF_KAFKA_BOOTSTRAP"]
+        assert int(meta["lagThreshold"]) > 0
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"] <= REQUESTS_SHARDS.partitions
 
 
 def test_lag_threshold_is_one_gpus_minute_of_work(rendered: dict[str, str]) -> None:
     # 1.5 requests/s per GPU x 60 s of backlog (worker-scaledobject.yaml, operations.md).
     [so] = policy.find(policy.parse(rendered["overlays/prod"]), "ScaledObject")
-    assert so["spec"]["triggers"][0]["metadata"]["lagThreshold"] == str(int(1.5 * 60))
-    assert so["spec"]["maxReplicaCount"] == REQUESTS.partitions
+    assert [t["metadata"]["lagThreshold"] for t in so["spec"]["triggers"]] == \
+        [str(int(1.5 * 60))] * 2
+    assert so["spec"]["maxReplicaCount"] == REQUESTS_SHARDS.partitions
 
 
 def test_dev_runs_on_cpu_with_its_own_kafka_and_s3(rendered: dict[str, str]) -> None:
@@ -142,7 +144,7 @@ def test_kubeconform_rejects_a_misspelt_pod_field(checkout: Callable[[], runner.
 
 def test_kubeconform_rejects_a_bad_scaled_object(checkout: Callable[[], runner.Layout]) -> None:
     layout = checkout()
-    edit(layout.k8s / "base" / "worker-scaledobject.yaml", "maxReplicaCount: 12",
+    edit(layout.k8s / "base" / "worker-scaledobject.yaml", "maxReplicaCount: 48",
          "maxReplicaCount: twelve")
     problems = runner.check_kubeconform(layout)
     assert problems and all("ScaledObject vf-worker is invalid" in p for p in problems)
@@ -173,16 +175,18 @@ def test_kubeconform_fails_on_a_kind_without_schema(
      "readinessProbe must GET /readyz"),
     ("base/worker-statefulset.yaml", "memory: 24Gi\n              nvidia.com/gpu: 1\n",
      "memory: 24Gi\n", "worker limits must have nvidia.com/gpu: 1"),
-    ("base/worker-scaledobject.yaml", "maxReplicaCount: 12", "maxReplicaCount: 16",
-     "maxReplicaCount 16 exceeds the 12 partitions"),
-    ("base/worker-scaledobject.yaml", "consumerGroup: vf-synth", "consumerGroup: vf-other",
+    ("base/worker-scaledobject.yaml", "maxReplicaCount: 48", "maxReplicaCount: 64",
+     "maxReplicaCount 64 exceeds the 48 partitions of tts.requests.shards"),
+    ("base/worker-scaledobject.yaml", "consumerGroup: vf-synth\n        topic: tts.requests\n",
+     "consumerGroup: vf-other\n        topic: tts.requests\n",
      "consumerGroup is 'vf-other', the worker uses 'vf-synth'"),
     # Without VF_GROUP_ID the worker's group carries the topic prefix; KEDA must watch it.
     ("base/kustomization.yaml", "      - VF_TOPIC_PREFIX=\n      - VF_GROUP_ID=vf-synth\n",
      "      - VF_TOPIC_PREFIX=acme.\n",
      "consumerGroup is 'vf-synth', the worker uses 'acme.vf-synth'"),
-    ("base/worker-scaledobject.yaml", "topic: tts.requests", "topic: tts.results",
-     "topic is 'tts.results', the worker uses 'tts.requests'"),
+    ("base/worker-scaledobject.yaml", "topic: tts.requests\n", "topic: tts.results\n",
+     "expected kafka triggers on tts.requests and tts.requests.shards, found 'tts.results', "
+     "'tts.requests.shards'"),
     ("base/worker-statefulset.yaml", "terminationGracePeriodSeconds: 60",
      "terminationGracePeriodSeconds: 30", "must exceed VF_DRAIN_SECONDS"),
     ("base/worker-pdb.yaml", "    matchLabels:\n      app.kubernetes.io/name: voicefactory\n"

@@ -36,6 +36,9 @@ DESIGN_TOPICS = {
     # docs/contract.md, "Routing keys and the fleet view"
     "tts.fleet": (1, "compact,delete", 1),
     "tts.audit": (3, "delete", 365),
+    # docs/contract.md, "Routing keys and the fleet view": the shard lanes
+    "tts.requests.shards": (48, "delete", 7),
+    "tts.requests.interactive.shards": (48, "delete", 1),
 }
 ASYNCAPI = Path(__file__).resolve().parents[3] / "docs" / "asyncapi.yaml"
 
@@ -67,6 +70,8 @@ def test_keys_match_design() -> None:
         "tts.requests.interactive": "routing key (voice_id or voice_id#shard)",
         "tts.audio": "request_id", "tts.control": "request_id or job_id",
         "tts.fleet": "worker", "tts.audit": "tenant",
+        "tts.requests.shards": "routing key (voice_id or voice_id#shard)",
+        "tts.requests.interactive.shards": "routing key (voice_id or voice_id#shard)",
     }
 
 
@@ -75,7 +80,7 @@ def test_prefix_is_applied_to_every_topic(prefix: str) -> None:
     names = topic_names(prefix)
     assert (names.requests, names.voices, names.results, names.jobs, names.dlq,
             names.requests_interactive, names.audio, names.control, names.fleet,
-            names.audit) == tuple(
+            names.audit, names.requests_shards, names.requests_interactive_shards) == tuple(
         prefix + s.name for s in ALL_TOPICS)
 
 

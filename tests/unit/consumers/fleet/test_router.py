@@ -345,3 +345,47 @@ def test_no_join_while_a_slot_is_free_or_past_the_share_or_for_a_rare_voice() ->
     fill(rare_router, away, 3)
     rare_router.sent("r0", Route("rare#1", 1, 0, away))  # it moved there once, still waits
     assert rare_router.route("rare").worker == home
+
+
+# -- shard lanes: more workers than the plain lanes have partitions -------------------------
+
+def sharded_fleet(workers: int, plain: int, shards: int) -> FleetRouter:
+    """`workers` members with the range assignor's share of both pairs of lanes: members
+    past `plain` hold shard partitions only."""
+    router = FleetRouter(partitions=plain, clock=Clock(), wall_ms=lambda: NOW_MS)
+    for w in range(workers):
+        mine = [p for p in range(plain) if p * workers // plain == w] if workers <= plain \
+            else ([w] if w < plain else [])
+        lo, hi = w * shards // workers, (w + 1) * shards // workers
+        lanes = {lane: LaneLoad(partitions=mine, topic_partitions=plain, slots=2,
+                                shards=list(range(lo, hi)), shard_partitions=shards)
+                 for lane in ("batch", "interactive")}
+        router.apply(WorkerStatus(worker=f"w{w}", at_ms=NOW_MS, interval_ms=500, lanes=lanes))
+    return router
+
+
+def test_routes_go_to_the_shard_lanes_and_reach_workers_past_the_plain_partitions() -> None:
+    router = sharded_fleet(6, plain=2, shards=12)
+    assert router.workers("batch") == [f"w{w}" for w in range(6)]
+    answered: Counter[str] = Counter()
+    for i in range(600):
+        route = router.route(f"voice-{i % 60}", "batch")
+        assert route.sharded and route.partition is not None and 0 <= route.partition < 12
+        assert route.partition == partition_for(route.key, 12)  # hashed over the shard topic
+        assert route.worker is not None
+        answered[route.worker] += 1
+        router.sent(f"r{i}", route, "batch")
+        if i >= 20:
+            router.done(f"r{i - 20}")
+    assert set(answered) == {f"w{w}" for w in range(6)}  # w2..w5 own no plain partition
+    assert min(answered.values()) >= 600 / 6 / 2
+
+
+def test_workers_of_before_keep_the_plain_lanes_and_routes_avoid_them() -> None:
+    router = sharded_fleet(2, plain=4, shards=8)
+    # A worker of before: plain partitions only, no shard topic in its status.
+    router.apply(status("old", [], slots=2))
+    routes = [router.route(f"v{i}", "interactive") for i in range(40)]
+    assert all(r.sharded and r.worker in ("w0", "w1") for r in routes)
+    plain_only = fleet(2, 4)  # no worker reads the shard lanes: routed on the plain ones
+    assert not plain_only.route("v1").sharded

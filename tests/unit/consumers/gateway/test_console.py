@@ -231,13 +231,14 @@ def test_another_tenants_voice_and_job_answer_the_404_of_an_unknown_one(
 def test_the_fleet_summary_without_a_view(http: TestClient, auth: dict[str, str],
                                           gateway: Gateway) -> None:
     http.get("/v1/voices/a..b/reference", headers=auth)  # a 400 to count
-    gateway.lag.by_partition, gateway.lag.lag = {0: 2, 1: 0}, 2
+    gateway.lag.by_partition, gateway.lag.lag = {"s0": 1, "1": 0, "0": 2}, 3
     summary = http.get("/v1/fleet", headers=auth).json()
     assert summary["routing"] == "voice_id" and summary["workers"] == []
     assert summary["cache"] == {"hit": 0, "store": 0, "miss": 0, "hit_ratio": None}
     assert summary["errors_by_code"] == []
-    assert summary["interactive_lag"] == {"total": 2, "threshold": 200,
-                                          "partitions": {"0": 2, "1": 0}}
+    lag = summary["interactive_lag"]
+    assert lag == {"total": 3, "threshold": 200, "partitions": {"0": 2, "1": 0, "s0": 1}}
+    assert list(lag["partitions"]) == ["0", "1", "s0"]  # the plain lane's first
     assert {"route": "/v1/voices/{id}/reference", "status": 400, "count": 1} in \
         summary["errors"]
     assert http.get("/v1/fleet").status_code == 401
@@ -250,8 +251,8 @@ def test_the_fleet_summary_lists_each_workers_lanes(http: TestClient, auth: dict
     import time
     now_ms = int(time.time() * 1000)
     router.apply(WorkerStatus(worker="w-1", at_ms=now_ms, interval_ms=1000, hot=["a", "b"],
-                              lanes={"interactive": LaneLoad(partitions=[0, 1], queued=2,
-                                                             inflight=1, slots=2)}))
+                              lanes={"interactive": LaneLoad(partitions=[0, 1], shards=[5],
+                                                             queued=2, inflight=1, slots=2)}))
     router.apply(WorkerStatus(worker="w-2", at_ms=now_ms, interval_ms=1000, draining=True))
     router.apply(WorkerStatus(worker="w-3", at_ms=now_ms, interval_ms=1000,
                               profiles=ProfileCounts(hit=6, store=1, miss=1),
@@ -263,8 +264,8 @@ def test_the_fleet_summary_lists_each_workers_lanes(http: TestClient, auth: dict
     assert summary["routing"] == "fleet"
     one, two, three, four = summary["workers"]
     assert one["id"] == "w-1" and one["alive"] and one["hot_voices"] == 2
-    assert one["lanes"]["interactive"] == {"partitions": [0, 1], "backlog": 0, "queued": 2,
-                                           "inflight": 1, "slots": 2, "load": 3}
+    assert one["lanes"]["interactive"] == {"partitions": [0, 1], "shards": [5], "backlog": 0,
+                                           "queued": 2, "inflight": 1, "slots": 2, "load": 3}
     assert one["lanes"]["batch"]["load"] == 0
     assert two["id"] == "w-2" and two["draining"] and not two["alive"]
     assert one["cache"] is None and one["errors"] == {}  # a worker of before: no counts

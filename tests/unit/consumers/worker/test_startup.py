@@ -21,7 +21,8 @@ from tests.unit.consumers.parts import FakePart
 from topics.specs import topic_names
 
 NAMES = topic_names("")
-EVERY_TOPIC = {NAMES.requests, NAMES.requests_interactive, NAMES.control, NAMES.fleet}
+EVERY_TOPIC = {NAMES.requests, NAMES.requests_interactive, NAMES.requests_shards,
+               NAMES.requests_interactive_shards, NAMES.control, NAMES.fleet}
 
 
 class Clients:
