@@ -1,14 +1,17 @@
-"""Fleet routing on the real broker: workers' statuses, one voice over every worker, and a
-fleet that grows past its request lanes' partitions (`topics grow`) without a restart."""
+"""Fleet routing on the real broker: workers' statuses, one voice over every worker, more
+worker processes than tts.requests has partitions (the shard lanes), and a fleet that grows
+past its shard lanes' partitions (`topics grow --lanes shards`) without a restart."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
 import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -18,10 +21,18 @@ from consumers.fleet.view import FleetView
 from consumers.kafka import make_producer
 from consumers.settings import Settings
 from tests.integration.conftest import RunningWorker
-from tests.integration.workers import wait_for_answers
+from tests.integration.workers import start_worker, wait_for_answers
 from topics.admin import admin_client, create_topics, grow_request_lanes
 from topics.events import SynthesisRequest
-from topics.specs import ALL_TOPICS, REQUESTS, REQUESTS_INTERACTIVE, topic_names
+from topics.specs import (
+    ALL_TOPICS,
+    REQUESTS,
+    REQUESTS_INTERACTIVE,
+    REQUESTS_INTERACTIVE_SHARDS,
+    REQUESTS_SHARDS,
+    TopicSpec,
+    topic_names,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -125,17 +136,68 @@ async def test_one_voice_is_answered_by_every_worker(
     assert {r.status for r in results} == {"succeeded"}
 
 
+async def test_more_worker_processes_than_the_request_topic_has_partitions_all_answer(
+        settings: Settings, voice: str, tmp_path: Path) -> None:
+    """4 worker processes on tts.requests of 2 partitions (shard lanes of 8): two own no
+    partition of tts.requests, and every one answers routed work."""
+    prefix = f"m{uuid.uuid4().hex[:8]}."
+    specs = lane_specs(plain=2, shards=8)
+    narrow = settings.with_overrides(kafka={"topic_prefix": prefix},
+                                     worker={"group_id": f"vf-synth-{prefix}"},
+                                     engine={"name": "bench"}, routing={"fleet_interval_ms": 200})
+    admin = admin_client(narrow.kafka.bootstrap)
+    await admin.start()
+    procs = []
+    try:
+        await create_topics(admin, prefix=prefix, specs=specs)
+        router = FleetRouter(partitions=2)
+        async with FleetView(narrow.kafka, topic_names(prefix).fleet, router):
+            procs = [start_worker(narrow, f"{prefix}p{i}", tmp_path / f"worker-{i}.log",
+                                  **FAST_ENGINE) for i in range(4)]
+            await until(lambda: len(router.workers("batch")) == 4
+                        and sum(len(s.lane("batch").shards) for s in router.statuses()) == 8,
+                        120, "4 workers holding every shard partition")
+            holding_plain = [s.worker for s in router.statuses() if s.lane("batch").partitions]
+            assert len(holding_plain) == 2  # the group's other two own none of tts.requests
+            job = lines(voice, 80)
+            sender = await send_all(narrow, job, balance=1.05, workers=4)
+            answered = await wait_for_answers(narrow, {r.request_id for r in job}, 120)
+        ours = [r for r in answered if r.request_id in {q.request_id for q in job}]
+        per_worker = Counter(r.worker for r in ours)
+        assert set(per_worker) == {f"{prefix}p{i}" for i in range(4)}, per_worker
+        assert {r.status for r in ours} == {"succeeded"}
+        assert sender.router is not None and sender.router.statuses()
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        ours_topics = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if ours_topics:
+            await admin.delete_topics(ours_topics)
+        await admin.close()
+
+
+def lane_specs(*, plain: int, shards: int) -> tuple[TopicSpec, ...]:
+    """The contract's topics with request lanes of `plain` and shard lanes of `shards`."""
+    sizes = {REQUESTS.name: plain, REQUESTS_INTERACTIVE.name: plain,
+             REQUESTS_SHARDS.name: shards, REQUESTS_INTERACTIVE_SHARDS.name: shards}
+    return tuple(dataclasses.replace(s, partitions=sizes[s.name]) if s.name in sizes else s
+                 for s in ALL_TOPICS)
+
+
 async def test_more_workers_than_partitions_then_the_lanes_grow(
         settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """3 workers on request lanes of 2 partitions: one holds nothing and says so; `topics
-    grow` to 6 gives every worker partitions at the next metadata refresh, and routed work
-    reaches all three."""
+    """3 workers on shard lanes of 2 partitions: one holds nothing and says so; `topics grow
+    --lanes shards` to 6 gives every worker partitions at the next metadata refresh, and
+    routed work reaches all three."""
     for k, v in FAST_ENGINE.items():
         monkeypatch.setenv(k, v)
     prefix = f"g{uuid.uuid4().hex[:8]}."
-    small = tuple(dataclasses.replace(s, partitions=2)
-                  if s.name in (REQUESTS.name, REQUESTS_INTERACTIVE.name) else s
-                  for s in ALL_TOPICS)
+    small = lane_specs(plain=2, shards=2)
     narrow = settings.with_overrides(kafka={"topic_prefix": prefix},
                                      worker={"group_id": f"vf-synth-{prefix}"})
     admin = admin_client(narrow.kafka.bootstrap)
@@ -151,8 +213,9 @@ async def test_more_workers_than_partitions_then_the_lanes_grow(
             await send_all(narrow, first, balance=1.05)
             answered = await wait_for_answers(narrow, {r.request_id for r in first}, 60)
             assert len({r.worker for r in answered}) == 2  # the third has no partition
-            assert await grow_request_lanes(admin, prefix=prefix, partitions=6) == [
-                prefix + REQUESTS.name, prefix + REQUESTS_INTERACTIVE.name]
+            assert await grow_request_lanes(admin, prefix=prefix, partitions=6,
+                                            lanes="shards") == [
+                prefix + REQUESTS_SHARDS.name, prefix + REQUESTS_INTERACTIVE_SHARDS.name]
             await until(lambda: len(router.workers("batch")) == 3, 60,
                         "the third worker owns a partition after the growth")
             second = lines(voice, 45)
@@ -161,7 +224,7 @@ async def test_more_workers_than_partitions_then_the_lanes_grow(
             assert len({r.worker for r in answered
                         if r.request_id in {q.request_id for q in second}}) == 3
         with pytest.raises(ValueError, match="cannot take partitions away"):
-            await grow_request_lanes(admin, prefix=prefix, partitions=4)
+            await grow_request_lanes(admin, prefix=prefix, partitions=4, lanes="shards")
     finally:
         ours = [t for t in await admin.list_topics() if t.startswith(prefix)]
         if ours:
