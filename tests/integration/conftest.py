@@ -9,7 +9,6 @@ session gets its own bucket, so tests never see each other's messages.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,6 @@ from consumers.settings import KafkaSettings, Secret, Settings, StoreSettings, W
 from consumers.wiring import build_worker
 from deploy.local import stack
 from topics.admin import admin_client, create_topics
-from topics.specs import ALL_TOPICS, REQUESTS, REQUESTS_INTERACTIVE_SHARDS, REQUESTS_SHARDS
 
 pytestmark = pytest.mark.integration
 
@@ -46,13 +44,6 @@ def bucket(local_stack: None) -> str:
     return name
 
 
-# The shard lanes at the plain lanes' 12 rather than their 48: a few hundred sets of topics
-# are made and deleted, and routing reads the real count from the workers' statuses.
-TEST_TOPICS = tuple(dataclasses.replace(s, partitions=REQUESTS.partitions)
-                    if s.name in (REQUESTS_SHARDS.name, REQUESTS_INTERACTIVE_SHARDS.name) else s
-                    for s in ALL_TOPICS)
-
-
 @pytest.fixture
 async def settings(bucket: str) -> AsyncIterator[Settings]:
     """Fresh topics under a prefix of the test's own, deleted again after the test: the
@@ -70,7 +61,7 @@ async def settings(bucket: str) -> AsyncIterator[Settings]:
     admin = admin_client(result.kafka.bootstrap)
     await admin.start()
     try:
-        await create_topics(admin, prefix=prefix, specs=TEST_TOPICS)
+        await create_topics(admin, prefix=prefix)
     finally:
         await admin.close()
     yield result

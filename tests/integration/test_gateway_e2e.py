@@ -36,7 +36,7 @@ from tests.integration.conftest import RunningWorker
 from tests.integration.gateway_harness import RunningGateway, cli_gateway
 from topics.events import SynthesisResult, decode_result
 from topics.partitioning import partition_for
-from topics.specs import AUDIO, REQUESTS_INTERACTIVE
+from topics.specs import AUDIO, REQUESTS_INTERACTIVE, REQUESTS_INTERACTIVE_SHARDS
 from topics.validation import decode_request
 
 WORKER_DIR = Path(__file__).resolve().parents[2] / "consumers" / "worker"
@@ -189,13 +189,16 @@ async def test_20_streams_through_2_replicas_and_2_real_workers(
 
 
 async def requests_with_text(settings: Settings, text: str) -> list[str]:
-    """IDs of the interactive requests whose text is `text` (read back from the topic)."""
+    """IDs of the interactive requests whose text is `text` (read back from both of the
+    lane's topics: the gateway routes to the shard topic)."""
     consumer = make_consumer(settings.kafka, group_id=None, auto_offset_reset="earliest",
                              enable_auto_commit=False)
     await consumer.start()
     try:
-        topic = settings.kafka.topic_prefix + REQUESTS_INTERACTIVE.name
-        parts = [TopicPartition(topic, p) for p in range(REQUESTS_INTERACTIVE.partitions)]
+        prefix = settings.kafka.topic_prefix
+        parts = [TopicPartition(prefix + spec.name, p)
+                 for spec in (REQUESTS_INTERACTIVE, REQUESTS_INTERACTIVE_SHARDS)
+                 for p in range(spec.partitions)]
         consumer.assign(parts)
         ends = await consumer.end_offsets(parts)
         found: list[str] = []

@@ -31,7 +31,7 @@ from topics.chunks import AudioChunk, read_chunk
 from topics.control import decode_control
 from topics.events import JobRef, SynthesisRequest, encode
 from topics.partitioning import partition_for
-from topics.specs import AUDIO, CONTROL, REQUESTS, topic_names
+from topics.specs import AUDIO, CONTROL, REQUESTS, REQUESTS_SHARDS, topic_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -213,7 +213,7 @@ async def test_a_request_produced_after_its_cancel_is_never_synthesized(
 
 async def test_range_keeps_both_lanes_of_a_partition_on_one_member(settings: Settings) -> None:
     """Three consumers configured as the worker configures its own (VF_ASSIGNOR=range, both
-    lane topics), in one group on the real broker."""
+    lanes' plain and shard topics), in one group on the real broker."""
     names = topic_names(settings.kafka.topic_prefix)
     group = f"{settings.worker.group_id}-copart"
     members: list[AIOKafkaConsumer] = []
@@ -224,12 +224,15 @@ async def test_range_keeps_both_lanes_of_a_partition_on_one_member(settings: Set
         members.append(consumer)
     await asyncio.gather(*(c.start() for c in members))
     try:
-        owners = await _settled(members, 2 * REQUESTS.partitions)
+        owners = await _settled(members, 2 * REQUESTS.partitions + 2 * REQUESTS_SHARDS.partitions)
     finally:
         await asyncio.gather(*(c.stop() for c in members))
     for p in range(REQUESTS.partitions):
         assert owners[TopicPartition(names.requests, p)] == \
             owners[TopicPartition(names.requests_interactive, p)], p
+    for p in range(REQUESTS_SHARDS.partitions):
+        assert owners[TopicPartition(names.requests_shards, p)] == \
+            owners[TopicPartition(names.requests_interactive_shards, p)], p
     assert len(set(owners.values())) == 3
 
 

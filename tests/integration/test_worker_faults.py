@@ -32,7 +32,7 @@ from tests.integration.workers import (
     wait_for_answers,
 )
 from topics.events import SynthesisRequest
-from topics.specs import topic_names
+from topics.specs import REQUESTS, REQUESTS_SHARDS, topic_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -256,14 +256,17 @@ async def test_static_member_restart_keeps_everyone_s_partitions(
     assert _revocations(revoked_after) == _revocations(revoked_before)
 
 
+LANE_PARTITIONS = 2 * REQUESTS.partitions + 2 * REQUESTS_SHARDS.partitions
+
+
 async def _until_split(*workers: RunningWorker, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         owned = [set(w.worker._consumer.assignment()) if w.worker._consumer else set()
                  for w in workers]
-        # 12 partitions of each lane's topic (tts.requests and tts.requests.interactive)
-        if all(owned) and len(set().union(*owned)) == 24 and \
-                sum(len(o) for o in owned) == 24:
+        # every partition of the four request lanes (plain and shard topics), each once
+        if all(owned) and len(set().union(*owned)) == LANE_PARTITIONS and \
+                sum(len(o) for o in owned) == LANE_PARTITIONS:
             return
         await asyncio.sleep(0.2)
     raise AssertionError("the group never settled with every worker owning partitions")
