@@ -64,7 +64,9 @@ async def check_topics(consumer: Any, names: TopicNames) -> None:
     missing = [t for t in lane_topics(names) if t not in existing]
     if missing:
         raise MissingTopics(f"topic(s) {', '.join(missing)} not found on the broker; run "
-                            f"`voicefactory topics create` (it adds the missing ones)")
+                            f"`voicefactory topics create` (it adds the missing ones), or, on "
+                            f"a cluster with ACLs, grant this principal the worker role's ACLs "
+                            f"on them (a topic it may not describe looks missing)")
 
 
 def lane_of(topic: str, names: TopicNames) -> Lane:

@@ -185,9 +185,12 @@ async def test_a_worker_that_may_not_read_the_requests_stops_naming_the_topic(
             Grant("group", "vf-synth-probe", "literal", "Read"),
             Grant("topic", "tts.requests", "literal", "Describe"),
             Grant("topic", "tts.requests.interactive", "literal", "Read"),
+            Grant("topic", "tts.requests.shards", "literal", "Read"),
+            Grant("topic", "tts.requests.interactive.shards", "literal", "Read"),
             Grant("topic", "tts.control", "literal", "Read"),
             Grant("topic", "tts.fleet", "literal", "Read"),
-            Grant("topic", "tts.results", "literal", "Write")])
+            Grant("topic", "tts.results", "literal", "Write"),
+            Grant("topic", "tts.audio", "literal", "Write")])
     finally:
         await admin.close()
     env = {**role.env("worker"), "VF_KAFKA_SASL_USERNAME": "probe-no-read",

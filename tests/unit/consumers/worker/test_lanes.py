@@ -199,7 +199,8 @@ async def test_a_missing_lane_topic_is_named_before_joining() -> None:
         return {names.requests, names.requests_interactive}
 
     with pytest.raises(MissingTopics, match=r"acme\.tts\.requests\.interactive\.shards, "
-                                            r"acme\.tts\.requests\.shards not found"):
+                                            r"acme\.tts\.requests\.shards not found.*"
+                                            r"the worker role's ACLs on them"):
         await check_topics(SimpleNamespace(topics=plain_only), names)
 
     async def every_lane() -> set[str]:
