@@ -49,6 +49,8 @@ from topics.specs import (
     FLEET,
     REQUESTS,
     REQUESTS_INTERACTIVE,
+    REQUESTS_INTERACTIVE_SHARDS,
+    REQUESTS_SHARDS,
     RESULTS,
     TopicSpec,
     topic_names,
@@ -57,7 +59,8 @@ from topics.specs import (
 # What a worker reads and writes: both request lanes, results, dead letters, streamed chunks,
 # the control topic (a worker stops at start-up when one of those it reads is missing) and
 # the fleet view (without it the worker serves, but no router can spread its voices).
-WORKER_TOPICS = (REQUESTS, REQUESTS_INTERACTIVE, RESULTS, DLQ, AUDIO, CONTROL, FLEET)
+WORKER_TOPICS = (REQUESTS, REQUESTS_INTERACTIVE, REQUESTS_SHARDS, REQUESTS_INTERACTIVE_SHARDS,
+                 RESULTS, DLQ, AUDIO, CONTROL, FLEET)
 
 log = logging.getLogger(__name__)
 

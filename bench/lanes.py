@@ -54,7 +54,16 @@ from bench.processes import WorkerProcess
 from bench.readers import ResultLog
 from bench.streams import AudioLog
 from bench.workload import TEXT_CHARS, voice_id
-from topics.specs import AUDIO, CONTROL, REQUESTS, REQUESTS_INTERACTIVE, RESULTS, topic_names
+from topics.specs import (
+    AUDIO,
+    CONTROL,
+    REQUESTS,
+    REQUESTS_INTERACTIVE,
+    REQUESTS_INTERACTIVE_SHARDS,
+    REQUESTS_SHARDS,
+    RESULTS,
+    topic_names,
+)
 
 RATE = 2.0  # interactive requests a second (issue 14)
 BATCH_VOICES = [voice_id(i) for i in range(8)]  # a video factory's few narrators
@@ -69,7 +78,8 @@ ENGINE = {"VF_BENCH_SECONDS_PER_CHAR": str(CLIP_S / TEXT_CHARS), "VF_BENCH_BASE_
           "VF_BENCH_PER_ITEM_MS": "0", "VF_BENCH_PER_AUDIO_SECOND_MS": str(PER_AUDIO_SECOND_MS),
           "VF_BENCH_FIRST_CHUNK_MS": str(FIRST_CHUNK_MS),
           "VF_BENCH_CHUNK_SECONDS": str(CHUNK_SECONDS)}
-SPECS = (REQUESTS, REQUESTS_INTERACTIVE, RESULTS, AUDIO, CONTROL)
+SPECS = (REQUESTS, REQUESTS_INTERACTIVE, REQUESTS_SHARDS, REQUESTS_INTERACTIVE_SHARDS, RESULTS,
+         AUDIO, CONTROL)
 
 
 @dataclass(frozen=True)
