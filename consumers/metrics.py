@@ -113,6 +113,8 @@ class WorkerMetrics:
                                 ["code"], registry=r)
         self._dlq = Counter("vf_dlq", "Records written to the dead-letter topic", ["reason_code"],
                             registry=r)
+        self._spilled = Counter("vf_spilled", "Plain-keyed requests forwarded to another "
+                                "worker's shard partition, by lane", ["lane"], registry=r)
         self._oom_retries = Counter("vf_oom_retries", "Batches retried smaller after device OOM",
                                     registry=r)
         self._commits = Counter("vf_commits", "Offset commits made", registry=r)
@@ -241,6 +243,9 @@ class WorkerMetrics:
 
     def on_dlq(self, code: str) -> None:
         self._dlq.labels(reason_code=str(code)).inc()
+
+    def on_spill(self, lane: str) -> None:
+        self._spilled.labels(lane=lane).inc()
 
     def on_commit(self) -> None:
         """One commit call counts once, however many partitions it covers."""

@@ -284,6 +284,10 @@ class RoutingSettings(_Checked):
     # A streamed request whose worker left the view before its first chunk is sent again
     # to another worker (same request_id) after at least this long; 0 turns it off.
     failover_ms: int = var("VF_ROUTE_FAILOVER_MS", 250, ge=0)
+    # A worker whose queue in a lane holds this many forwards further plain-keyed records of
+    # that lane to the worker the fleet view picks (its shard partition), when that one
+    # would start them sooner; 0 turns it off (consumers/worker/spill.py).
+    spill_queue: int = var("VF_ROUTE_SPILL_QUEUE", 8, ge=0)
 
     @property
     def fleet(self) -> bool:

@@ -113,6 +113,12 @@ class Checkpoint:
         the partition's next owner, or the next start, redelivers it."""
         self._end(tp, offset)
 
+    def forwarded(self, tp: TopicPartition, offset: int) -> None:
+        """The record's copy is on another worker's shard partition, acknowledged (spill.py):
+        its offset is done without an answer from here."""
+        self._offsets.done(tp, offset)
+        self._end(tp, offset)
+
     # -- steps 2 and 3: answer, then mark done ---------------------------------------------
 
     async def answer(self, tp: TopicPartition, rec: ConsumerRecord[bytes, bytes], *,

@@ -5,6 +5,8 @@
         │ undecodable / invalid ──> DLQ record / rejected result ─────────────┤
         │ cancelled (cancellation.py) ──> cancelled result ───────────────────┤
         │ valid: InFlightRequest (inflight.py), lane from its topic           │
+        │ plain-keyed overflow (spill.py) ──> another worker's shard partition, acknowledged,
+        │     offset done (that worker answers)                               │
         v                                                                     │
     VoiceBatcher (batching.py: interactive first; per-lane pauses: lanes.py)  │
         │ same-voice batches                                                  │
@@ -31,7 +33,8 @@
         -> Checkpoint.commit -> Checkpoint.forget
     control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
         cancelled request or job leave the batcher and are answered `cancelled` (steps 2-3)
-    fleet loop (fleet.py): this worker's partitions, load and hot voices -> tts.fleet
+    fleet loop (fleet.py): this worker's partitions, load and hot voices -> tts.fleet; the
+        fleet view (consumers/fleet/view.py) read back, for spill.py
     start-up (run): health server -> engine warm-up -> producer -> control reader ->
         check_topics -> group consumer -> the loops; each part's stop goes on one exit stack as it
         starts (consumers/startup.py), unwound in reverse at shutdown or when a step fails
@@ -57,6 +60,8 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from consumers import kafka_access, startup
+from consumers.fleet.router import FleetRouter, Route
+from consumers.fleet.view import FleetView
 from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
@@ -77,12 +82,13 @@ from consumers.worker.publisher import Publisher, dead_letter
 from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
 from consumers.worker.shape import WorkerShape
+from consumers.worker.spill import Spill
 from consumers.worker.streams import StreamRunner, queue_key, wants_stream
 from consumers.worker.unreadable import UnreadableRecords
 from pipeline.storage import ObjectStore
 from pipeline.synthesis import RequestProcessor
 from topics.errors import ErrorCode, InvalidRequest, UndecodableMessage
-from topics.specs import topic_names
+from topics.specs import REQUESTS, topic_names
 from topics.validation import decode_request
 
 log = logging.getLogger(__name__)
@@ -139,6 +145,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         # Why Kafka refused this worker mid-run (an ACL), when it did: the CLI exits 1 with it
         self.refused: str | None = None
         self.health: HealthServer | None = None
+        self.spill: Spill | None = None  # made in run() when VF_ROUTE_SPILL_QUEUE > 0
 
     @property
     def processed(self) -> int:
@@ -238,6 +245,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         # and then fails with an unnamed broker error; the reader's consumer is started.
         await lanes.check_topics(control, self._names)
         await consumer.start()
+        await self._start_spill(stack, producer)
         log.info("worker %s consuming %s as group %s: %s, max_batch %d", s.instance_id,
                  " + ".join(lanes.lane_topics(self._names)), s.group_id, self.shape.describe(),
                  s.max_batch)
@@ -254,6 +262,18 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
 
         startup.push_stop(stack, "fleet status", fleet.retire, logger=log)
         startup.push_stop(stack, "drain", drain, logger=log)  # unwound first
+
+    async def _start_spill(self, stack: contextlib.AsyncExitStack, producer: Any) -> None:
+        """The fleet view this worker's spill routes by (spill.py), when spill is on."""
+        routing = self._settings.routing
+        if not routing.fleet or routing.spill_queue <= 0:
+            return
+        router = FleetRouter(partitions=REQUESTS.partitions, balance=routing.balance,
+                             home_queue=routing.home_queue, copy_share=routing.copy_share)
+        view = FleetView(self._settings.kafka, self._names.fleet, router)
+        await startup.start_part(stack, "fleet view", view.start, view.stop, logger=log)
+        self.spill = Spill(worker_id=self._settings.worker.instance_id, producer=producer,
+                           names=self._names, router=router, queue=routing.spill_queue)
 
     def _watched(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """One of the worker's loops: a loop that dies is logged at once (the drain would
@@ -365,8 +385,30 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
             return
         req = lanes.in_flight(rec, tp, request, self._names,
                               self._settings.worker.interactive_deadline_s)
-        if not self._canceller.cancel_if_named(req):
+        if self._canceller.cancel_if_named(req):
+            return
+        route = (self.spill.target(req, self.batcher.qsize(req.lane))
+                 if self.spill is not None else None)
+        if route is None:
             self.batcher.put(queue_key(req.request), req, req.lane)
+        else:
+            self._spawn(self._forward(req, route), ctx)
+
+    async def _forward(self, req: InFlightRequest, route: Route) -> None:
+        """Spill one request (spill.py); if the copy is refused, serve it here after all."""
+        assert self.spill is not None
+        try:
+            await self.spill.forward(req, route)
+        except Exception as exc:
+            log.warning("spill to %s failed, serving it here: %s", route.worker, exc,
+                        extra=req.ctx())
+            if self._cp.owns(req.tp):
+                self.batcher.put(queue_key(req.request), req, req.lane)
+            else:  # revoked meanwhile: its next owner gets it again
+                self._cp.abandon(req.tp, req.record.offset)
+            return
+        self._cp.forwarded(req.tp, req.record.offset)
+        self.metrics.on_spill(req.lane)
 
     # -- answer tasks (the answer path itself, dispatch to Checkpoint.answer: dispatch.py) --
 

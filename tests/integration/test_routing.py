@@ -21,7 +21,7 @@ from consumers.fleet.view import FleetView
 from consumers.kafka import make_producer
 from consumers.settings import Settings
 from tests.integration.conftest import RunningWorker
-from tests.integration.workers import start_worker, wait_for_answers
+from tests.integration.workers import produce, start_worker, wait_for_answers
 from topics.admin import admin_client, create_topics, grow_request_lanes
 from topics.events import SynthesisRequest
 from topics.specs import (
@@ -230,3 +230,47 @@ async def test_more_workers_than_partitions_then_the_lanes_grow(
         if ours:
             await admin.delete_topics(ours)
         await admin.close()
+
+
+async def test_a_plain_keyed_backlog_spills_to_the_other_workers_and_nothing_is_lost(
+        settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An external producer's 120 lines of one voice, keyed by voice_id, on a tts.requests of
+    one partition: its owner forwards the backlog past VF_ROUTE_SPILL_QUEUE to the other two
+    workers' shard partitions; every line is answered once, by all three."""
+    for k, v in FAST_ENGINE.items():
+        monkeypatch.setenv(k, v)
+    prefix = f"s{uuid.uuid4().hex[:8]}."
+    narrow = settings.with_overrides(kafka={"topic_prefix": prefix},
+                                     worker={"group_id": f"vf-synth-{prefix}"})
+    admin = admin_client(narrow.kafka.bootstrap)
+    await admin.start()
+    try:
+        await create_topics(admin, prefix=prefix, specs=lane_specs(plain=1, shards=6))
+        router = FleetRouter(partitions=1)
+        async with FleetView(narrow.kafka, topic_names(prefix).fleet, router), \
+                Workers(narrow, 3) as workers:
+            await until(lambda: len(router.workers("batch")) == 3, 60,
+                        "3 workers holding shard partitions")
+            await asyncio.sleep(1.0)  # each worker's own view has seen the other two
+            job = lines(voice, 120)
+            await produce(narrow, job)  # keyed by voice_id, to tts.requests
+            answered = await wait_for_answers(narrow, {r.request_id for r in job}, 120)
+            spilled = {w.runtime.worker._settings.worker.instance_id: spilled_count(
+                w.runtime.worker.metrics.render()[0].decode()) for w in workers.running}
+        ours = [r for r in answered if r.request_id in {q.request_id for q in job}]
+        per_worker = Counter(r.worker for r in ours)
+        assert len(per_worker) == 3, per_worker
+        assert {r.status for r in ours} == {"succeeded"}
+        assert len({r.request_id for r in ours}) == 120 and len(ours) == 120  # none twice
+        [owner] = [w for w, n in spilled.items() if n > 0]  # shard records never move again
+        assert sum(n for w, n in per_worker.items() if w != owner) == spilled[owner]
+    finally:
+        ours_topics = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if ours_topics:
+            await admin.delete_topics(ours_topics)
+        await admin.close()
+
+
+def spilled_count(metrics: str) -> int:
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("vf_spilled_total{")))

@@ -96,7 +96,7 @@ def test_every_variable_name_is_declared_once_and_kept() -> None:
             "VF_GATEWAY_USAGE_CACHE_S", "VF_CONSENT_THRESHOLD",
             "VF_ROUTING", "VF_FLEET_INTERVAL_MS",
             "VF_ROUTE_BALANCE", "VF_ROUTE_JOB_BALANCE", "VF_ROUTE_HOME_QUEUE",
-            "VF_ROUTE_COPY_SHARE", "VF_ROUTE_FAILOVER_MS"} == set(env)
+            "VF_ROUTE_COPY_SHARE", "VF_ROUTE_FAILOVER_MS", "VF_ROUTE_SPILL_QUEUE"} == set(env)
 
 
 def test_to_env_round_trips_and_reveals_secrets_only_there() -> None:

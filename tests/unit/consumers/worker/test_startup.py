@@ -43,8 +43,9 @@ class Clients:
         monkeypatch.setattr(lanes, "group_consumer", lambda _settings: self.group)
 
     def worker(self, monkeypatch: pytest.MonkeyPatch) -> SynthesisWorker:
+        # Spill off: its fleet view is one more Kafka client, which these fakes do not stand in for.
         settings = Settings(worker=WorkerSettings(instance_id="w-test"),
-                            routing=RoutingSettings(fleet_interval_ms=60_000))
+                            routing=RoutingSettings(fleet_interval_ms=60_000, spill_queue=0))
         processor = cast(RequestProcessor, SimpleNamespace(answers=None))
         worker = SynthesisWorker(settings=settings, processor=processor)
         monkeypatch.setattr(worker._threads, "shutdown",
