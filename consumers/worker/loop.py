@@ -399,6 +399,9 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         assert self.spill is not None
         try:
             await self.spill.forward(req, route)
+        except asyncio.CancelledError:  # the drain: unanswered, so redelivered after it
+            self._cp.abandon(req.tp, req.record.offset)
+            raise
         except Exception as exc:
             log.warning("spill to %s failed, serving it here: %s", route.worker, exc,
                         extra=req.ctx())

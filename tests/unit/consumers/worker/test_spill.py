@@ -92,3 +92,59 @@ async def test_the_copy_keeps_value_headers_and_timestamp_and_is_counted() -> No
 def test_spill_needs_a_positive_queue() -> None:
     with pytest.raises(ValueError, match="0 turns spill off"):
         Spill(worker_id="me", producer=Producer(), names=NAMES, router=fleet({}), queue=0)
+
+
+# -- the worker's side: what happens to the original record ----------------------------------
+
+class FakeCheckpoint:
+    def __init__(self, owned: bool = True) -> None:
+        self.owned = owned
+        self.events: list[tuple[str, int]] = []
+
+    def owns(self, tp: TopicPartition) -> bool:
+        return self.owned
+
+    def forwarded(self, tp: TopicPartition, offset: int) -> None:
+        self.events.append(("forwarded", offset))
+
+    def abandon(self, tp: TopicPartition, offset: int) -> None:
+        self.events.append(("abandoned", offset))
+
+
+class RefusingProducer(Producer):
+    async def send_and_wait(self, topic: str, value: bytes, **kwargs: Any) -> None:
+        raise RuntimeError("broker said no")
+
+
+def worker_with(producer: Producer, checkpoint: FakeCheckpoint) -> Any:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from consumers.settings import Settings, WorkerSettings
+    from consumers.worker.loop import SynthesisWorker
+    from pipeline.synthesis import RequestProcessor
+
+    worker = SynthesisWorker(settings=Settings(worker=WorkerSettings(instance_id="me")),
+                             processor=cast(RequestProcessor, SimpleNamespace(answers=None)))
+    worker.checkpoint = checkpoint  # type: ignore[assignment]
+    worker.spill = spill({"me": 20, "other": 0}, producer)
+    return worker
+
+
+@pytest.mark.parametrize(("producer", "owned", "events", "queued", "counted"), [
+    (Producer(), True, [("forwarded", 0)], 0, 1.0),  # acknowledged: done here
+    (RefusingProducer(), True, [], 1, 0.0),  # refused: served here after all
+    (RefusingProducer(), False, [("abandoned", 0)], 0, 0.0),  # refused and revoked meanwhile
+])
+async def test_the_original_is_done_only_once_its_copy_is_acknowledged(
+        producer: Producer, owned: bool, events: list[tuple[str, int]], queued: int,
+        counted: float) -> None:
+    checkpoint = FakeCheckpoint(owned)
+    worker = worker_with(producer, checkpoint)
+    req = request(NAMES.requests)
+    route = worker.spill.target(req, queued=20)
+    await worker._forward(req, route)
+    assert checkpoint.events == events
+    assert worker.batcher.qsize("batch") == queued
+    spilled = worker.metrics.registry.get_sample_value("vf_spilled_total", {"lane": "batch"})
+    assert (spilled or 0.0) == counted
