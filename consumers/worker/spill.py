@@ -8,7 +8,8 @@ such a backlog forwards the excess:
         once at most), while this worker's queue for that lane holds >= `queue` requests
         -> Spill.target(): the fleet view's router (FleetView on tts.fleet, this worker
            avoided) picks the voice's next worker; only one expected to start it sooner,
-           its load + 1 below this worker's queue
+           its load + 1 below this worker's queue; counted there at once, so the rest of
+           the same fetch spreads over the others
         -> Spill.forward(): the same value and headers, the original record's timestamp,
            produced to that worker's partition of the lane's shard topic, key voice_id or
            voice_id#<shard>, acks=all, awaited
@@ -58,6 +59,10 @@ class Spill:
             return None  # no view yet, or no other worker reads the shard lanes
         if self.router.load(req.lane, route.worker) + 1 >= queued:
             return None  # it would wait as long there: a move would only cost a build
+        # Counted now, not once the copy is acknowledged: a fetch decides for a whole batch
+        # of records before any forward completes, and each decision must see the last.
+        # Counted until that worker's next status includes it.
+        self.router.sent(req.request.request_id, route, req.lane, answer_follows=False)
         return route
 
     async def forward(self, req: InFlightRequest, route: Route) -> None:
@@ -69,7 +74,5 @@ class Spill:
                                            partition=route.partition,
                                            timestamp_ms=rec.timestamp,
                                            headers=list(rec.headers))
-        # Counted until that worker's next status includes it.
-        self.router.sent(req.request.request_id, route, req.lane, answer_follows=False)
         log.debug("spilled to %s (%s, partition %d)", route.worker, route.key, route.partition,
                   extra={"request_id": req.request.request_id})

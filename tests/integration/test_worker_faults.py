@@ -56,7 +56,9 @@ def bench_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_two_workers_answer_everything_and_keep_voices_apart(
         settings: Settings, voices: list[str], bench_env: None) -> None:
-    s = settings.with_overrides(engine={"name": "bench"})
+    # Plain keys only: with spill on, a backlog past VF_ROUTE_SPILL_QUEUE would move some
+    # of a voice's lines to the other worker (test_routing.py tests that).
+    s = settings.with_overrides(engine={"name": "bench"}, routing={"spill_queue": 0})
     requests = make_requests(200, voices=20)
     me = s.worker.instance_id
     async with RunningWorker(s.with_overrides(worker={"instance_id": f"{me}-a"})) as a, \

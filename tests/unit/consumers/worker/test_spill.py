@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,13 +81,23 @@ async def test_the_copy_keeps_value_headers_and_timestamp_and_is_counted() -> No
     req = request(NAMES.requests)
     route = s.target(req, queued=20)
     assert route is not None
-    before = s.router.load("batch", "other")
+    assert s.router.load("batch", "other") == 1  # counted at the decision, until its status
     await s.forward(req, route)
     assert producer.sent == [{"topic": NAMES.requests_shards, "value": req.record.value,
                               "key": route.key.encode(), "partition": route.partition,
                               "timestamp_ms": 1_700_000_000_000,
                               "headers": [("vf-reply-partition", b"3")]}]
-    assert s.router.load("batch", "other") == before + 1  # until other's next status
+    assert s.router.load("batch", "other") == 1  # the send does not count it twice
+
+
+def test_one_fetch_worth_of_decisions_spreads_over_every_other_worker() -> None:
+    """A fetch decides for all its records before any copy is acknowledged: each decision
+    must see the ones before it, or a whole backlog lands on one worker."""
+    s = spill({"me": 40, "a": 0, "b": 0})
+    routes = [s.target(request(NAMES.requests, i), queued=40) for i in range(30)]
+    by_worker = Counter(r.worker for r in routes if r is not None)
+    assert set(by_worker) == {"a", "b"} and abs(by_worker["a"] - by_worker["b"]) <= 2
+    assert sum(by_worker.values()) == 30  # still well below my queue of 40 each
 
 
 def test_spill_needs_a_positive_queue() -> None:
