@@ -8,7 +8,9 @@ clip: ~285 ms a call). Nominal capacity of 4 workers: 8 slots at one 300-ms call
    VF_ROUTE_JOB_BALANCE) -> on 1 worker, then on 4 -> time from the first send to the last
    result; answers per worker from the results' `worker`; profile builds per worker (RAM
    misses from each worker's /metrics; the profile is stored beforehand, as after any
-   first use).
+   first use). Then the same lines on the 4 keyed by voice_id to tts.requests, as an
+   external producer sends them: one partition's owner takes them all and spills what its
+   queue cannot hold (consumers/worker/spill.py; vf_spilled_total from /metrics).
 2. One brand voice, streamed as the gateway sends it: the gateway's own `Gateway` object in
    this process (routing, reply partition, failover), requests as `parse_speech` builds
    them -> idle: IDLE requests one after another -> loaded: BRAND_LOAD x nominal, open loop
@@ -93,12 +95,23 @@ class Fleet:
         await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
 
 
-async def narrator(fleet: Fleet, lines: int, tag: str) -> dict[str, Any]:
+def _scrape_spilled(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                       if line.startswith("vf_spilled_total{")))
+
+
+async def narrator(fleet: Fleet, lines: int, tag: str, *, routed: bool = True,
+                   ) -> dict[str, Any]:
+    """`routed`: as `job run` sends; else keyed by voice_id to tts.requests, as an external
+    producer sends (one partition, one owner: what it does not keep it spills)."""
     s = fleet.settings
     job = [SynthesisRequest(request_id=f"nar-{tag}-{i:05d}", voice_id=NARRATOR,
                             text=bench_text(i), language="en") for i in range(lines)]
     before = await _builds(fleet.ports)
-    async with Load(s, routed=True, balance=s.routing.job_balance) as load, \
+    spilled = await asyncio.gather(*(asyncio.to_thread(_scrape_spilled, p)
+                                     for p in fleet.ports))
+    async with Load(s, routed=routed, balance=s.routing.job_balance) as load, \
             ResultLog(s) as results:
         t0 = time.time()
         await load.burst(job)
@@ -106,9 +119,11 @@ async def narrator(fleet: Fleet, lines: int, tag: str) -> dict[str, Any]:
         t1 = max(t for t, _ in results.first.values())
         per_worker = Counter(r.worker for _, r in results.first.values())
     after = await _builds(fleet.ports)
+    moved = await asyncio.gather(*(asyncio.to_thread(_scrape_spilled, p) for p in fleet.ports))
     return {"lines": lines, "seconds": round(t1 - t0, 2), "missing": len(missing),
             "per_worker": dict(sorted(per_worker.items())),
-            "builds_per_worker": [a - b for a, b in zip(after, before, strict=True)]}
+            "builds_per_worker": [a - b for a, b in zip(after, before, strict=True)],
+            "spilled": sum(moved) - sum(spilled)}
 
 
 def _brand_request(rid: str, i: int) -> SynthesisRequest:
@@ -231,14 +246,15 @@ async def run(ctx: BenchContext) -> Outcome:
     try:
         await four.ready()
         spread = await narrator(four, p["lines"], f"{tag}b")
+        plain = await narrator(four, p["lines"], f"{tag}c", routed=False)
         callers = await brand(ctx, four, p, tag)
     finally:
         await four.stop()
-    return outcome(solo, spread, callers)
+    return outcome(solo, spread, callers, plain)
 
 
 def outcome(solo: dict[str, Any], spread: dict[str, Any],
-            callers: dict[str, Any]) -> Outcome:
+            callers: dict[str, Any], plain: dict[str, Any]) -> Outcome:
     idle50 = _pct(callers["idle"], 50)
     loaded99 = _pct(callers["loaded"], 99)
     shares = callers["shares"]
@@ -250,7 +266,13 @@ def outcome(solo: dict[str, Any], spread: dict[str, Any],
         if spread["seconds"] else None,
         "route_narrator_workers_used": sum(1 for n in spread["per_worker"].values() if n),
         "route_narrator_max_builds_per_worker": max(spread["builds_per_worker"]),
-        "route_narrator_missing": solo["missing"] + spread["missing"],
+        "route_narrator_missing": solo["missing"] + spread["missing"] + plain["missing"],
+        "route_plain_narrator_4_workers_s": plain["seconds"],
+        "route_plain_narrator_speedup": round(solo["seconds"] / plain["seconds"], 2)
+        if plain["seconds"] else None,
+        "route_plain_narrator_workers_used": sum(1 for n in plain["per_worker"].values() if n),
+        "route_plain_narrator_spilled": plain["spilled"],
+        "route_plain_narrator_max_builds_per_worker": max(plain["builds_per_worker"]),
         "route_brand_rps": round(BRAND_LOAD * NOMINAL_RPS, 1),
         "route_brand_idle_first_chunk_p50_ms": idle50,
         "route_brand_idle_first_chunk_p99_ms": _pct(callers["idle"], 99),
@@ -274,6 +296,13 @@ def outcome(solo: dict[str, Any], spread: dict[str, Any],
          ["speedup", figures["route_narrator_speedup"]],
          ["answers per worker (4)", " / ".join(str(n) for n in spread["per_worker"].values())],
          ["profile builds per worker (4)", " / ".join(map(str, spread["builds_per_worker"]))],
+         ["the same lines keyed by voice_id (an external producer), 4 workers (s)",
+          plain["seconds"]],
+         ["  speedup / spilled by the partition's owner",
+          f"{figures['route_plain_narrator_speedup']} / {plain['spilled']}"],
+         ["  answers / profile builds per worker (4)",
+          " / ".join(str(n) for n in plain["per_worker"].values()) + "; "
+          + " / ".join(map(str, plain["builds_per_worker"]))],
          ["brand voice: idle first chunk p50 / p99 (ms)",
           f"{idle50} / {figures['route_brand_idle_first_chunk_p99_ms']}"],
          [f"brand voice at {BRAND_LOAD:.0%}: first chunk p50 / p99 (ms)",

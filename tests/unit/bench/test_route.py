@@ -16,7 +16,10 @@ def test_figures_are_route_keys_and_every_required_one_is_reported() -> None:
                "loaded_sent": 100, "shares": {"w0": 0.25, "w1": 0.3, "w2": 0.25, "w3": 0.2},
                "kill": [270.0] * 98 + [1300.0, 1900.0], "kill_sent": 100, "kill_lost": 0,
                "kill_duplicates": 3, "kill_failovers": 2}
-    out = route.outcome(solo, spread, callers)
+    plain = {"lines": 100, "seconds": 16.0, "missing": 0,
+             "per_worker": {"w0": 40, "w1": 20, "w2": 20, "w3": 20},
+             "builds_per_worker": [0, 1, 1, 1], "spilled": 60}
+    out = route.outcome(solo, spread, callers, plain)
     assert all(k.startswith("route_") for k in out.figures)
     assert {k for k in REQUIRED if k.startswith("route_")} <= set(out.figures)
     f = out.figures
@@ -26,14 +29,17 @@ def test_figures_are_route_keys_and_every_required_one_is_reported() -> None:
     p99 = f["route_brand_first_chunk_p99_ms"]
     assert p99 is not None and f["route_brand_p99_over_idle"] == round(p99 / 260, 2)
     assert f["route_kill_first_chunk_max_ms"] == 1900.0 and f["route_kill_lost"] == 0
+    assert f["route_plain_narrator_speedup"] == 2.5 and f["route_plain_narrator_spilled"] == 60
+    assert f["route_plain_narrator_workers_used"] == 4
 
 
 def test_a_worker_that_answered_nothing_has_a_share_of_zero() -> None:
     callers = {"idle": [1.0], "loaded": [1.0], "loaded_sent": 1, "shares": {"w0": 1.0},
                "kill": [], "kill_sent": 0, "kill_lost": 0, "kill_duplicates": 0,
                "kill_failovers": 0}
-    run = {"lines": 1, "seconds": 1.0, "missing": 0, "per_worker": {}, "builds_per_worker": [0]}
-    assert route.outcome(run, run, callers).figures["route_brand_min_worker_share"] == 0.0
+    run = {"lines": 1, "seconds": 1.0, "missing": 0, "per_worker": {}, "builds_per_worker": [0],
+           "spilled": 0}
+    assert route.outcome(run, run, callers, run).figures["route_brand_min_worker_share"] == 0.0
 
 
 def test_route_runs_before_peers_with_the_quick_plan_smaller() -> None:
