@@ -116,8 +116,10 @@ async def narrator(fleet: Fleet, lines: int, tag: str, *, routed: bool = True,
         t0 = time.time()
         await load.burst(job)
         missing = await results.wait_for({r.request_id for r in job}, 600)
-        t1 = max(t for t, _ in results.first.values())
-        per_worker = Counter(r.worker for _, r in results.first.values())
+        # The log reads the topic from its start: an earlier narrator's lines are in it.
+        ours = [results.first[r.request_id] for r in job if r.request_id in results.first]
+        t1 = max(t for t, _ in ours)
+        per_worker = Counter(r.worker for _, r in ours)
     after = await _builds(fleet.ports)
     moved = await asyncio.gather(*(asyncio.to_thread(_scrape_spilled, p) for p in fleet.ports))
     return {"lines": lines, "seconds": round(t1 - t0, 2), "missing": len(missing),

@@ -94,7 +94,12 @@ class RunningWorker:
         assert self.task is not None
         # The drain is bounded by VF_DRAIN_SECONDS (30); its producer's and consumer's stops
         # come after it, and on a loaded machine they took the stop past a 60 s bound once.
-        await asyncio.wait_for(self.task, 120)
+        done, _ = await asyncio.wait({self.task}, timeout=45)
+        if not done:  # say where it waits before the rest of the bound (CI saw one hang)
+            for task in asyncio.all_tasks():
+                print(f"worker stop slow, task {task.get_name()}: {task}", file=sys.stderr)
+                task.print_stack(limit=8, file=sys.stderr)
+        await asyncio.wait_for(self.task, 75)
 
 
 @pytest.fixture
