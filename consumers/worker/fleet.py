@@ -99,8 +99,11 @@ class StatusReporter:
         high = self._consumer.highwater(tp)
         if high is None:
             return 0
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that lands
+        # as its inner call completes, and the drain then waited on this loop forever (CI).
         try:
-            position = await asyncio.wait_for(self._consumer.position(tp), _POSITION_WAIT_S)
+            async with asyncio.timeout(_POSITION_WAIT_S):
+                position = await self._consumer.position(tp)
         except (TimeoutError, Exception):  # not resolved yet, or being revoked
             return 0
         return max(0, int(high) - int(position))
@@ -117,7 +120,8 @@ class StatusReporter:
         if self.missing_topic:
             return
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.publish(), 2.0)
+            async with asyncio.timeout(2.0):
+                await self.publish()
 
     async def run(self) -> None:
         """Publish every interval until cancelled; a failed send is logged, not fatal. A
@@ -136,6 +140,9 @@ class StatusReporter:
                 raise
             except Exception as exc:
                 log.warning("fleet status not sent: %s", exc)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # a cancel a library call swallowed
+                raise asyncio.CancelledError
             await asyncio.sleep(self._interval_ms / 1000)
 
     async def retire(self) -> None:
@@ -143,5 +150,6 @@ class StatusReporter:
         if self.missing_topic:
             return
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._producer.send_and_wait(
-                self._names.fleet, None, key=self.worker_id.encode()), 5.0)
+            async with asyncio.timeout(5.0):
+                await self._producer.send_and_wait(self._names.fleet, None,
+                                                   key=self.worker_id.encode())

@@ -93,6 +93,8 @@ from topics.validation import decode_request
 
 log = logging.getLogger(__name__)
 
+_CANCEL_WAIT_S = 10.0  # the drain's wait for its cancelled loops and late tasks to end
+
 
 class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
     def __init__(self, *, settings: Settings, processor: RequestProcessor,
@@ -300,7 +302,15 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
                         len(late), self._settings.worker.drain_seconds)
         for task in loops[1:]:  # commit and control
             task.cancel()
-        await asyncio.gather(*loops, *late, return_exceptions=True)
+        # Bounded: a loop whose cancel a library call swallowed must not hold the stop
+        # forever (a status loop once did, in CI); it is named and left behind.
+        ended, stuck = await asyncio.wait([*loops, *late], timeout=_CANCEL_WAIT_S)
+        for task in ended:  # retrieved (as gather did): logged by watch() / _spawn already
+            if not task.cancelled():
+                task.exception()
+        if stuck:
+            log.warning("drain: %s still running %.0f s after being cancelled; stopping anyway",
+                        ", ".join(sorted(t.get_name() for t in stuck)), _CANCEL_WAIT_S)
         await self._cp.commit()
 
     # -- fetching ----------------------------------------------------------------------

@@ -135,6 +135,17 @@ async def both_hold_reply_partitions(one: RunningGateway, two: RunningGateway) -
     raise AssertionError(f"reply partitions not shared: {mine} / {theirs}")
 
 
+async def both_workers_in_view(*gateways: RunningGateway) -> None:
+    """Each replica's router sees both workers holding interactive partitions: before the
+    second worker's join settles, a router sends everything to the first (CI saw 0 / 20)."""
+    for _ in range(300):
+        views = [gw.gateway.fleet for gw in gateways]
+        if all(v is not None and len(v.router.workers("interactive")) == 2 for v in views):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the gateways' fleet views never showed both workers")
+
+
 def fleet_settings(settings: Settings, tmp_path: Path) -> Settings:
     prefix = settings.kafka.topic_prefix
     return Settings(kafka=settings.kafka, store=settings.store, worker=settings.worker,
@@ -143,8 +154,8 @@ def fleet_settings(settings: Settings, tmp_path: Path) -> Settings:
 
 
 def voices_for_both_workers(settings: Settings, tmp_path: Path) -> list[str]:
-    """Two voices, one keyed into each half of tts.requests.interactive: requests are keyed
-    by voice, and the range assignor (the default) gives each of two workers one half."""
+    """Two voices, one keyed into each half of tts.requests.interactive (where a gateway
+    without a fleet view sends them: the range assignor gives each of two workers a half)."""
     half = REQUESTS_INTERACTIVE.partitions // 2
     chosen: dict[bool, str] = {}
     for i in range(100):
@@ -170,6 +181,7 @@ async def test_20_streams_through_2_replicas_and_2_real_workers(
             RunningGateway(gw_settings, KeyRing(keys)) as one, \
             RunningGateway(gw_settings, KeyRing(keys)) as two:
         await both_hold_reply_partitions(one, two)
+        await both_workers_in_view(one, two)
 
         async def speak(gw: RunningGateway, i: int) -> bytes:
             sdk = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0)

@@ -4,6 +4,7 @@ cache lookups and failed results by error code since it started, from WorkerMetr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from consumers.metrics import WorkerMetrics
@@ -61,3 +62,26 @@ def test_the_counts_grow_between_statuses() -> None:
 def test_without_metrics_no_counts_are_sent() -> None:
     status = asyncio.run(reporter(None).snapshot())
     assert status.profiles is None and status.errors == {}
+
+
+async def test_the_status_loop_ends_on_a_cancel_a_publish_swallowed() -> None:
+    """Python 3.11's wait_for can swallow a cancel that lands as its inner call completes;
+    the drain waits for this loop, so the loop must end on the next turn regardless."""
+    r = reporter(None)
+    published = asyncio.Event()
+
+    async def topics() -> set[str]:
+        return {topic_names().fleet}
+
+    async def swallowing_publish() -> None:
+        published.set()
+        with contextlib.suppress(asyncio.CancelledError):  # the race: the cancel is lost
+            await asyncio.sleep(10)
+
+    r._consumer.topics = topics
+    r.publish = swallowing_publish  # type: ignore[method-assign]
+    task = asyncio.create_task(r.run())
+    await published.wait()
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=2)
+    assert task in done and task.cancelled()
