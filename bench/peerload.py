@@ -74,6 +74,13 @@ def profile_counts(text: str) -> dict[str, float]:
     return counts
 
 
+def spilled_count(text: str) -> int:
+    """Records this process's worker spilled (consumers/worker/spill.py), every lane, from
+    its /metrics text."""
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("vf_spilled_total{")))
+
+
 def builds(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, int]:
     """Profile lookups between two sums of profile_counts: builds are RAM misses."""
     d = {k: int(after.get(k, 0) - before.get(k, 0)) for k in ("hit", "store", "miss")}

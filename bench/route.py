@@ -36,7 +36,7 @@ from typing import Any
 from bench.harness import BenchContext, Load
 from bench.nginx import free_port
 from bench.outcome import Outcome, md_table
-from bench.peerload import open_loop, profile_counts
+from bench.peerload import open_loop, profile_counts, spilled_count
 from bench.processes import WorkerProcess
 from bench.readers import ResultLog
 from bench.stats import percentile
@@ -65,14 +65,16 @@ def plan(quick: bool) -> dict[str, Any]:
             "kill_at_s": 4.0 if quick else 10.0}
 
 
-def _scrape(port: int) -> dict[str, float]:
+def _scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return profile_counts(r.read().decode())
+        return str(r.read().decode())
 
 
-async def _builds(ports: list[int]) -> list[int]:
-    counts = await asyncio.gather(*(asyncio.to_thread(_scrape, p) for p in ports))
-    return [int(c["store"] + c["miss"]) for c in counts]
+async def _counts(ports: list[int]) -> tuple[list[int], int]:
+    """Profile builds per worker (RAM misses) and records spilled by all, one scrape each."""
+    texts = await asyncio.gather(*(asyncio.to_thread(_scrape, p) for p in ports))
+    builds = [int(c["store"] + c["miss"]) for c in map(profile_counts, texts)]
+    return builds, sum(map(spilled_count, texts))
 
 
 class Fleet:
@@ -95,12 +97,6 @@ class Fleet:
         await asyncio.gather(*(w.stop() for w in self.workers), return_exceptions=True)
 
 
-def _scrape_spilled(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return int(sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
-                       if line.startswith("vf_spilled_total{")))
-
-
 async def narrator(fleet: Fleet, lines: int, tag: str, *, routed: bool = True,
                    ) -> dict[str, Any]:
     """`routed`: as `job run` sends; else keyed by voice_id to tts.requests, as an external
@@ -108,9 +104,7 @@ async def narrator(fleet: Fleet, lines: int, tag: str, *, routed: bool = True,
     s = fleet.settings
     job = [SynthesisRequest(request_id=f"nar-{tag}-{i:05d}", voice_id=NARRATOR,
                             text=bench_text(i), language="en") for i in range(lines)]
-    before = await _builds(fleet.ports)
-    spilled = await asyncio.gather(*(asyncio.to_thread(_scrape_spilled, p)
-                                     for p in fleet.ports))
+    before, spilled = await _counts(fleet.ports)
     async with Load(s, routed=routed, balance=s.routing.job_balance) as load, \
             ResultLog(s) as results:
         t0 = time.time()
@@ -120,12 +114,11 @@ async def narrator(fleet: Fleet, lines: int, tag: str, *, routed: bool = True,
         ours = [results.first[r.request_id] for r in job if r.request_id in results.first]
         t1 = max(t for t, _ in ours)
         per_worker = Counter(r.worker for _, r in ours)
-    after = await _builds(fleet.ports)
-    moved = await asyncio.gather(*(asyncio.to_thread(_scrape_spilled, p) for p in fleet.ports))
+    after, moved = await _counts(fleet.ports)
     return {"lines": lines, "seconds": round(t1 - t0, 2), "missing": len(missing),
             "per_worker": dict(sorted(per_worker.items())),
             "builds_per_worker": [a - b for a, b in zip(after, before, strict=True)],
-            "spilled": sum(moved) - sum(spilled)}
+            "spilled": moved - spilled}
 
 
 def _brand_request(rid: str, i: int) -> SynthesisRequest:

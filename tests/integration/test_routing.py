@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.peerload import spilled_count
 from consumers.fleet.router import FleetRouter
 from consumers.fleet.sending import RoutedSender, fleet_router, lane_sender
 from consumers.fleet.view import FleetView
@@ -277,7 +278,3 @@ def spill_view(worker: RunningWorker) -> int:
     spill = worker.runtime.worker.spill
     return len(spill.router.workers("batch")) if spill is not None else 0
 
-
-def spilled_count(metrics: str) -> int:
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                   if line.startswith("vf_spilled_total{")))

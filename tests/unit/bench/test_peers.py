@@ -13,6 +13,7 @@ from bench.peerload import (
     account,
     builds,
     profile_counts,
+    spilled_count,
     throughput_at_p99,
 )
 
@@ -59,6 +60,14 @@ def test_profile_counts_and_builds_from_metrics_text() -> None:
     assert after == {"hit": 90.0, "store": 8.0, "miss": 2.0}
     assert builds({"hit": 40.0, "store": 5.0, "miss": 2.0}, after) == {
         "lookups": 53, "builds": 3, "computed": 0, "hits": 50}
+
+
+def test_spilled_count_sums_the_lanes_and_skips_the_created_series() -> None:
+    text = ('vf_spilled_total{lane="batch"} 200.0\n'
+            'vf_spilled_total{lane="interactive"} 3.0\n'
+            'vf_spilled_created{lane="batch"} 1.7e9\n')
+    assert spilled_count(text) == 203
+    assert spilled_count("# nothing spilled yet\n") == 0
 
 
 def test_both_designs_get_the_same_trace_and_the_plan_fits_quick_mode() -> None:
