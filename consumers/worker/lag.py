@@ -165,7 +165,10 @@ class LagMonitor:
 
     async def _refresh(self, tps: set[TopicPartition], now: float) -> None:
         try:
-            await asyncio.wait_for(self._read_group(sorted(tps)), self._refresh_timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the drain's
+            # cancel of the commit loop that runs this (see worker/fleet.py).
+            async with asyncio.timeout(self._refresh_timeout_s):
+                await self._read_group(sorted(tps))
         except (KafkaError, TimeoutError) as exc:
             # Lag goes on from what is known; the next try comes after RETRY_S, not at once,
             # so a broker outage does not slow every commit round by the timeout.
