@@ -8,8 +8,10 @@ seconds, where the real bench (bench/peers.py) takes half an hour of a quiet mac
        STATUS_S of simulated time: its partitions, what runs and waits there, the voices its
        cache holds; its own requests counted from send to answer, as the bench's client does)
     -> PROCESSES processes x SLOTS slots: a free slot takes the queue whose oldest request is
-       oldest; fleet workers take up to MAX_BATCH of that voice as one call (VoiceBatcher),
-       model servers one request a call; a call costs 250 ms + 50 ms an item (ENGINE)
+       oldest; fleet workers take up to MAX_BATCH of that voice as one call, topped up from
+       the other voices' queues, oldest first (VoiceBatcher mixing: the bench engine is a
+       VoiceMixer; `mix=False` keeps a call to one voice), model servers one request a call;
+       a call costs 250 ms + 50 ms an item (ENGINE)
     -> each call looks its voice up in the process's LRU of CACHE_ENTRIES profiles: a miss is
        a profile build, counted as a first sighting (no process held the voice before) or a
        move (another process did)
@@ -59,8 +61,10 @@ class _Process:
 class _Run:
     """One design over the trace: arrivals routed, calls started and ended in time order."""
 
-    def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None) -> None:
+    def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None,
+                 mix: bool = True) -> None:
         self.batch_max = MAX_BATCH if design == "fleet" else 1
+        self.mix = mix
         self.level_of = levels  # request index -> its level
         self.router = router
         self.procs = [_Process() for _ in range(PROCESSES)]
@@ -111,14 +115,20 @@ class _Run:
     def dispatch(self, w: int) -> None:
         proc = self.procs[w]
         while proc.running < SLOTS and proc.waiting:
-            voice = min(proc.queued, key=lambda v: proc.queued[v][0][0])  # oldest first
-            queue = proc.queued[voice]
-            items = [queue.popleft() for _ in range(min(self.batch_max, len(queue)))]
-            if not queue:
-                del proc.queued[voice]
+            items: list[tuple[float, int]] = []
+            voices: list[str] = []
+            while proc.queued and len(items) < self.batch_max and (self.mix or not voices):
+                voice = min(proc.queued, key=lambda v: proc.queued[v][0][0])  # oldest first
+                queue = proc.queued[voice]
+                while queue and len(items) < self.batch_max:
+                    items.append(queue.popleft())
+                if not queue:
+                    del proc.queued[voice]
+                voices.append(voice)
             proc.waiting -= len(items)
             proc.running += 1
-            self.look_up(proc, voice, self.level_of[items[0][1]])
+            for voice in voices:
+                self.look_up(proc, voice, self.level_of[items[0][1]])
             heapq.heappush(self.ends, (self.now + BASE_S + PER_ITEM_S * len(items), w, items))
 
     def look_up(self, proc: _Process, voice: str, level: str) -> None:
@@ -143,7 +153,7 @@ class _Run:
 
 def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
              home_queue: int = HOME_QUEUE, balance: float = 1.25,
-             copy_share: float = COPY_SHARE) -> dict[str, Any]:
+             copy_share: float = COPY_SHARE, mix: bool = True) -> dict[str, Any]:
     """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds."""
     if design not in ("least_conn", "fleet"):
         raise ValueError(f"design must be least_conn or fleet, got {design!r}")
@@ -161,7 +171,7 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
         rate = load * NOMINAL_RPS
         schedule += [(start + k / rate, name) for k in range(count)]
         start += count / rate
-    run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router)
+    run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router, mix)
     for i, (at, _) in enumerate(schedule):
         clock[0] = at
         run.arrive(at, i, voices[i])
@@ -177,7 +187,7 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
                        **run.builds.get(name, {"first": 0, "moved": 0})})
     counted = [lv for lv in levels if lv["level"] != "warm" and lv["load"] <= COUNTED_UP_TO]
     return {"design": design, "home_queue": home_queue, "balance": balance,
-            "copy_share": copy_share, "levels": levels,
+            "copy_share": copy_share, "mix": mix, "levels": levels,
             "builds": sum(lv["first"] + lv["moved"] for lv in counted),
             "first_sightings": sum(lv["first"] for lv in counted)}
 
@@ -193,11 +203,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--copy-share", type=float, default=COPY_SHARE)
     parser.add_argument("--max-load", type=float, default=1.5, help="highest level to offer")
     parser.add_argument("--quick", action="store_true", help="the quick run's plan")
+    parser.add_argument("--one-voice-calls", action="store_true",
+                        help="fleet calls hold one voice's requests (an engine that cannot "
+                             "mix voices), not topped up from other voices")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     out = simulate(args.design, quick=args.quick, max_load=args.max_load,
                    home_queue=args.home_queue, balance=args.balance,
-                   copy_share=args.copy_share)
+                   copy_share=args.copy_share, mix=not args.one_voice_calls)
     if args.json:
         print(json.dumps(out, indent=2))
         return

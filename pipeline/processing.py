@@ -24,7 +24,7 @@ from functools import cached_property
 from pipeline.answers import Answers, now_iso
 from pipeline.audio import Audio
 from pipeline.encode import CONTENT_TYPES, encode
-from pipeline.engines.base import Profile, Synthesizer
+from pipeline.engines.base import Profile, Synthesizer, VoiceMixer
 from pipeline.fingerprint import Fingerprint, reuse_message
 from pipeline.frontend import PreparedText
 from pipeline.quality import assess
@@ -95,6 +95,11 @@ class ProcessorCore:
         self.oom_splits = 0
         # Answers for requests that never reach the stages below (invalid, out of retries).
         self.answers = Answers(engine=engine.name, worker=worker)
+
+    @property
+    def mixes_voices(self) -> bool:
+        """Whether one engine call can hold several voices' items (a `VoiceMixer`)."""
+        return isinstance(self._engine, VoiceMixer)
 
     def store_reachable(self) -> bool:
         return self._store.reachable()

@@ -1,15 +1,16 @@
-"""Requests of one voice, start to finish, without Kafka: the stages a worker runs.
+"""A batch of requests, start to finish, without Kafka: the stages a worker runs.
 
-process_batch(items of one voice):
+process_batch(items of one voice, or of several where the engine is a `VoiceMixer`):
   per item: a request_id already in the batch with another request? -> `rejected`
   (`request_id_reused`); cancelled meanwhile? -> `cancelled`; deadline passed? ->
   `expired`; object already stored? -> answer from it (`rejected` if made from another
   request); the same request already in the batch? -> shares that one's outcome;
   text front-end (normalise, split into sentences, parse the instruction; bad annotations
   -> `rejected`)
-  profile once for the voice -> one engine call for every sentence of the rest (out of
-  memory: split the batch in halves, down to single requests; another engine error on a
-  batch: retry one by one so a poison item fails alone) -> per item: stitch its sentences ->
+  profile once a voice (tenant, voice, ad-hoc reference) -> one engine call for every
+  sentence of the rest (one a voice where the engine cannot mix voices; out of memory:
+  split the batch in halves, down to single requests; another engine error on a batch:
+  retry one by one so a poison item fails alone) -> per item: stitch its sentences ->
   resample -> loudness-normalise -> quality signals -> encode -> put object -> presign.
 Every item ends as a `SynthesisResult` or, for a transient failure, a retryable
 `VoiceFactoryError` that the caller's retry policy handles. A request with `"stream": true`
@@ -25,7 +26,13 @@ import msgspec
 
 from pipeline import keys
 from pipeline.encode import resample, target_rate
-from pipeline.engines.base import EngineOutOfMemory, Profile, SynthesisItem, Synthesized
+from pipeline.engines.base import (
+    EngineOutOfMemory,
+    Profile,
+    SynthesisItem,
+    Synthesized,
+    VoiceMixer,
+)
 from pipeline.fingerprint import reuse_message
 from pipeline.frontend import prepare
 from pipeline.loudness import normalize_loudness
@@ -50,7 +57,9 @@ class RequestProcessor(StreamStages):
         return outcome
 
     def process_batch(self, items: list[tuple[SynthesisRequest, Received]]) -> list[Outcome]:
-        """Items must share one voice_id and tenant; outcomes come back in the same order.
+        """Items of any voices and tenants, each voice's profile resolved once (the worker
+        batches one voice's requests, or several voices' where the engine mixes them);
+        outcomes come back in the same order.
 
         Records naming one request_id: the first is the request; a later one with another
         fingerprint is `rejected` (`request_id_reused`), and one with the same is synthesized
@@ -99,60 +108,90 @@ class RequestProcessor(StreamStages):
         return [o for o in outcomes if o is not None]
 
     def _synthesize_all(self, todo: list[Pending]) -> list[Outcome]:
+        """Each voice's profile once, then the engine: one call over every voice where the
+        engine is a `VoiceMixer`, else one call a voice."""
+        voices: dict[tuple[str | None, str, str | None], list[Pending]] = {}
+        for p in todo:
+            voices.setdefault((p.request.tenant, p.request.voice_id, p.request.reference),
+                              []).append(p)
+        outcomes: dict[int, Outcome] = {}
+        calls: list[list[tuple[Profile, Pending]]] = []
+        for group in voices.values():
+            profile = self._profile_for(group, outcomes)
+            if profile is not None:
+                calls.append([(profile, p) for p in group])
+        if len(calls) > 1 and isinstance(self._engine, VoiceMixer):
+            calls = [[pair for call in calls for pair in call]]
+        for call in calls:
+            for (_, p), outcome in zip(call, self._run_engine(call), strict=True):
+                outcomes[p.index] = outcome
+        return [outcomes[p.index] for p in todo]
+
+    def _profile_for(self, group: list[Pending], outcomes: dict[int, Outcome]) -> Profile | None:
+        """The group's voice profile, or None with each of its outcomes set to the error."""
         t0 = time.perf_counter()
+        first = group[0].request
         try:
-            first = todo[0].request
             with self._device:
                 profile = self._profiles.resolve(first.voice_id, first.reference,
                                                  tenant=first.tenant)
-        except InvalidRequest as exc:
-            return [self._reject(p, exc.code, exc.message) for p in todo]
         except VoiceFactoryError as exc:
-            if exc.retryable:
-                return [exc for _ in todo]
-            return [self._reject(p, exc.code, exc.message) for p in todo]
+            for p in group:
+                outcomes[p.index] = (exc if exc.retryable and not isinstance(exc, InvalidRequest)
+                                     else self._reject(p, exc.code, exc.message))
+            return None
         profile_ms = ms(time.perf_counter() - t0)
-        for p in todo:
+        for p in group:
             p.timings["profile"] = profile_ms
-        return self._run_engine(profile, todo)
+        return profile
 
-    def _run_engine(self, profile: Profile, todo: list[Pending]) -> list[Outcome]:
-        batch: list[SynthesisItem] = []
+    def _run_engine(self, call: list[tuple[Profile, Pending]]) -> list[Outcome]:
+        batch: list[tuple[Profile, SynthesisItem]] = []
         spans: list[tuple[int, int]] = []
-        for p in todo:
+        for profile, p in call:
             assert p.prepared is not None
             start = len(batch)
-            batch.extend(SynthesisItem(text=sentence, language=p.prepared.language,
-                                       speed=p.request.speed, instruct=p.request.instruct,
-                                       style=p.prepared.style)
+            batch.extend((profile, SynthesisItem(text=sentence, language=p.prepared.language,
+                                                 speed=p.request.speed,
+                                                 instruct=p.request.instruct,
+                                                 style=p.prepared.style))
                          for sentence in p.prepared.sentences)
             spans.append((start, len(batch)))
         t0 = time.perf_counter()
         try:
             with self._device:
-                outputs = self._engine.synthesize(profile, batch)
+                outputs = self._call_engine(batch)
         except EngineOutOfMemory as exc:
-            if len(todo) == 1:
+            if len(call) == 1:
                 return [exc]
             self.oom_splits += 1
             self._on_oom_split()
-            half = len(todo) // 2
-            return self._run_engine(profile, todo[:half]) + self._run_engine(profile, todo[half:])
+            half = len(call) // 2
+            return self._run_engine(call[:half]) + self._run_engine(call[half:])
         except VoiceFactoryError as exc:
-            if len(todo) > 1:  # find the item that fails, let the others through
-                return [o for p in todo for o in self._run_engine(profile, [p])]
+            if len(call) > 1:  # find the item that fails, let the others through
+                return [o for pair in call for o in self._run_engine([pair])]
             if exc.retryable:
                 return [exc]
-            return [self._reject(todo[0], exc.code, exc.message)]
+            return [self._reject(call[0][1], exc.code, exc.message)]
         engine_s = time.perf_counter() - t0
         if len(outputs) != len(batch):
             return [VoiceFactoryError(ErrorCode.ENGINE_ERROR,
                                       f"engine returned {len(outputs)} clips for "
-                                      f"{len(batch)} sentences") for _ in todo]
+                                      f"{len(batch)} sentences") for _ in call]
         audio_s = sum(o.audio.duration_s for o in outputs)
         rtf = round(engine_s / audio_s, 4) if audio_s else 0.0
         return [self._store_one(p, outputs[a:b], profile, ms(engine_s), rtf)
-                for p, (a, b) in zip(todo, spans, strict=True)]
+                for (profile, p), (a, b) in zip(call, spans, strict=True)]
+
+    def _call_engine(self, batch: list[tuple[Profile, SynthesisItem]]) -> list[Synthesized]:
+        """One engine call: synthesize() for one voice's items, synthesize_voices() for
+        several (only a VoiceMixer is handed several: _synthesize_all)."""
+        first = batch[0][0]
+        if all(profile is first for profile, _ in batch):
+            return self._engine.synthesize(first, [item for _, item in batch])
+        assert isinstance(self._engine, VoiceMixer)
+        return self._engine.synthesize_voices(batch)
 
     def _store_one(self, p: Pending, pieces: list[Synthesized], profile: Profile,
                    engine_ms: float, rtf: float) -> Outcome:

@@ -3,6 +3,9 @@
 fetch loop: put(voice_id, item, lane) appends to the queue of (lane, voice) (never blocks,
 never drops; the fetch loop reads `qsize(lane)` and pauses partitions) -> dispatchers: await
 next_batch() -> (voice_id, up to `max_batch` items of that one voice and lane) -> the engine.
+With `mixable` (the engine mixes voices in a call: pipeline.engines.base.VoiceMixer) a batch
+taken from a queue whose key passes it is topped up to `max_batch` from the lane's other
+such queues, oldest head first; streamed requests' queues never pass it.
 
 A queue is ready once it holds `max_batch` items or its oldest item has waited
 `batch_wait_s` (with max_batch=1 every item is ready at once), or at once while `idle()` says
@@ -66,7 +69,8 @@ class ShareRule:
 
 class VoiceBatcher(Generic[T]):
     def __init__(self, *, max_batch: int, batch_wait_s: float, capacity: int,
-                 idle: Callable[[], bool] | None = None, batch_share: float = 0.1) -> None:
+                 idle: Callable[[], bool] | None = None, batch_share: float = 0.1,
+                 mixable: Callable[[str], bool] | None = None) -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
         if not math.isfinite(batch_wait_s) or batch_wait_s < 0:
@@ -77,6 +81,7 @@ class VoiceBatcher(Generic[T]):
         self.batch_wait_s = batch_wait_s
         self.capacity = capacity
         self._idle = idle or (lambda: False)
+        self._mixable = mixable  # None: a batch is one queue's
         self._share = ShareRule(batch_share)
         self._queues: dict[tuple[Lane, str], deque[_Entry[T]]] = {}
         self._sizes: dict[Lane, int] = dict.fromkeys(LANES, 0)
@@ -134,7 +139,7 @@ class VoiceBatcher(Generic[T]):
 
     async def next_batch(self, lane: Lane | None = None) -> tuple[str, list[T]]:
         """Wait for the next ready queue (of `lane` only, if given) and take up to
-        `max_batch` items from it.
+        `max_batch` items from it (topped up from other queues when mixing: `mixable`).
 
         Raises `BatcherClosed` once closed and empty (of `lane`, if given); cancelling a
         wait loses nothing.
@@ -179,8 +184,23 @@ class VoiceBatcher(Generic[T]):
         return None, (None if next_ready == math.inf else next_ready - now)
 
     def _take(self, key: tuple[Lane, str]) -> list[T]:
+        batch = self._pop(key, self.max_batch)
+        mixable = self._mixable
+        if mixable is None or len(batch) >= self.max_batch or not mixable(key[1]):
+            return batch
+        # The engine mixes voices: the room left goes to the lane's other mixable queues,
+        # oldest head first, so a voice that never has company still shares a call.
+        others = sorted((queue[0].enqueued_at, other) for other, queue in self._queues.items()
+                        if other[0] == key[0] and mixable(other[1]))
+        for _, other in others:
+            if len(batch) >= self.max_batch:
+                break
+            batch += self._pop(other, self.max_batch - len(batch))
+        return batch
+
+    def _pop(self, key: tuple[Lane, str], most: int) -> list[T]:
         queue = self._queues[key]
-        batch = [queue.popleft().item for _ in range(min(self.max_batch, len(queue)))]
+        batch = [queue.popleft().item for _ in range(min(most, len(queue)))]
         if not queue:
             del self._queues[key]
         self._sizes[key[0]] -= len(batch)

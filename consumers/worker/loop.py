@@ -83,7 +83,7 @@ from consumers.worker.rebalance import RevocationListener
 from consumers.worker.retry import RetryPolicy
 from consumers.worker.shape import WorkerShape
 from consumers.worker.spill import Spill
-from consumers.worker.streams import StreamRunner, queue_key, wants_stream
+from consumers.worker.streams import StreamRunner, mixable, queue_key, wants_stream
 from consumers.worker.unreadable import UnreadableRecords
 from pipeline.storage import ObjectStore
 from pipeline.synthesis import RequestProcessor
@@ -132,7 +132,8 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
             max_batch=s.max_batch, batch_wait_s=s.batch_wait_ms / 1000,
             capacity=s.queue_capacity,
             idle=lambda: self._running_batches < self.shape.batch_slots,
-            batch_share=s.batch_min_share)
+            batch_share=s.batch_min_share,
+            mixable=mixable if processor.mixes_voices else None)
         self.cancels = CancelRegistry(ttl_s=s.cancel_ttl_s, max_entries=s.cancel_max_entries)
         self._canceller = QueueCanceller(registry=self.cancels, batcher=self.batcher,
                                          answers=lambda: processor.answers, finish=self._finish)

@@ -40,15 +40,24 @@ from topics.tenancy import scoped_id
 log = logging.getLogger(__name__)
 
 
+_STREAM = "\x00stream\x00"  # in a streamed request's queue key; no voice ID holds a NUL
+
+
 def queue_key(request: SynthesisRequest) -> str:
     """The worker queue's lane: the tenant's voice, so its requests batch together (two
-    tenants' voices of one ID never share a batch: a batch has one profile); a streamed
+    tenants' voices of one ID are two queues, resolved to their own profiles); a streamed
     request is a lane of its own, so it is never batched and goes as soon as a dispatcher
     is free."""
     voice = scoped_id(request.tenant, request.voice_id)
     if request.stream:
-        return f"{voice}\x00stream\x00{request.request_id}"
+        return f"{voice}{_STREAM}{request.request_id}"
     return voice
+
+
+def mixable(key: str) -> bool:
+    """Whether the queue `key` (queue_key) may share a batch with other voices' queues, for
+    an engine that mixes voices: every queue but a streamed request's."""
+    return _STREAM not in key
 
 
 def _never(request_id: str, job_id: str | None, tenant: str | None) -> Callable[[], bool]:

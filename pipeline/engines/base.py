@@ -1,17 +1,19 @@
 """The engine protocol every synthesizer implements (DESIGN.md "Engines").
 
 load() once at start-up -> profile(reference, prompt_text) per voice -> synthesize(batch)
-for groups of requests of one voice, or synthesize_stream(item) for one sentence of a
-streamed request (`Audio` chunks in order, as the engine makes them; concatenated, they are
-the sentence's clip). Engines raise `VoiceFactoryError` with `engine_error` (retryable) or
-`unsupported_language` (not retryable).
+for groups of requests of one voice (or, for an engine that is also a `VoiceMixer`,
+synthesize_voices(batch) for items of several voices in one call), or
+synthesize_stream(item) for one sentence of a streamed request (`Audio` chunks in order, as
+the engine makes them; concatenated, they are the sentence's clip). Engines raise
+`VoiceFactoryError` with `engine_error` (retryable) or `unsupported_language` (not
+retryable).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -139,3 +141,13 @@ class Synthesizer(Protocol):
         the engine holds for the call.
         """
         ...
+
+
+@runtime_checkable
+class VoiceMixer(Protocol):
+    """An engine whose one call can hold items of several voices, each with its own profile
+    (a GPU batch of prompts). The worker then fills a batch across voices instead of one
+    voice's queue only, so requests of voices that never have company still share a call."""
+
+    def synthesize_voices(self, batch: list[tuple[Profile, SynthesisItem]]
+                          ) -> list[Synthesized]: ...

@@ -8,7 +8,9 @@ deterministic per (voice, text) -> time.sleep until the call has cost
     base_ms + per_item_ms * n + per_audio_second_ms * (seconds of audio in the batch)
 
 so a batch behaves like one GPU call: it runs in the worker's thread and blocks it, and the
-time spent making the audio counts towards the cost. Markers in a text inject faults:
+time spent making the audio counts towards the cost. synthesize_voices(batch of (profile,
+item)) is the same call over several voices' items (the worker mixes voices in a batch when
+an engine has it), at the same cost. Markers in a text inject faults:
 `[[bench:fail]]` raises a retryable engine error, `[[bench:oom]]` an out-of-memory on any
 batch holding it, `[[bench:oom-batch]]` an out-of-memory only on batches of two or more (so
 the split-and-retry path succeeds). It clones nothing; never the default engine.
@@ -140,6 +142,11 @@ class BenchEngine:
         return max(MIN_SECONDS, len(item.text) * self.seconds_per_char) / item.speed
 
     def synthesize(self, profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]:
+        return self.synthesize_voices([(profile, item) for item in batch])
+
+    def synthesize_voices(self, batch: list[tuple[Profile, SynthesisItem]]) -> list[Synthesized]:
+        """One call over items of any voices, each with its own profile: the cost model does
+        not care whose voice an item is, as a GPU batch of prompts does not."""
         started = time.perf_counter()
         with self._lock:
             self._running += 1
@@ -147,11 +154,12 @@ class BenchEngine:
             self.items += len(batch)
             self.max_concurrent_seen = max(self.max_concurrent_seen, self._running)
         try:
+            items = [item for _, item in batch]
             if self.fail_texts:
-                self._inject_faults(batch)
+                self._inject_faults(items)
             out = [Synthesized(audio=self._audio(profile, item),
                                language=(item.language or guess_language(item.text)).lower())
-                   for item in batch]
+                   for profile, item in batch]
             seconds = sum(s.audio.duration_s for s in out)
             left = self.cost_s(len(batch), seconds) - (time.perf_counter() - started)
             if left > 0:

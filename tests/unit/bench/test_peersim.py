@@ -44,3 +44,11 @@ def test_an_unknown_design_is_refused_and_the_cli_prints_every_level(
     main(["--quick", "--max-load", "0.7"])
     out = capsys.readouterr().out
     assert "first sightings" in out and "load0.7" in out and "load0.9" not in out
+
+
+def test_mixing_voices_in_a_call_carries_loads_that_one_voice_calls_cannot() -> None:
+    mixed = levels(simulate("fleet", max_load=1.5))
+    one_voice = levels(simulate("fleet", max_load=1.5, mix=False))
+    # Tail voices never have company of their own voice: only mixed calls batch them.
+    assert mixed["load1.5"]["p99_ms"] < 1000 < one_voice["load1.5"]["p99_ms"]
+    assert mixed["load0.7"]["p99_ms"] == one_voice["load0.7"]["p99_ms"]  # slots free: alone

@@ -262,7 +262,9 @@ def test_heartbeat_uses_monotonic_clock_by_default() -> None:
 
 
 class _Processor:
-    """The one processor call readiness makes."""
+    """The one processor call readiness makes, and what the worker reads of it at start."""
+
+    mixes_voices = False
 
     def store_reachable(self) -> bool:
         return True

@@ -241,3 +241,58 @@ class RacedStore(DictStore):
                 metadata: dict[str, str] | None = None) -> bool:
         self.objects.update(self.arriving)
         return super().put_new(key, data, content_type, metadata)
+
+
+def _bench_processor(voices: set[str]) -> tuple[RequestProcessor, DictStore]:
+    from pipeline.engines.bench import BenchEngine
+
+    store = DictStore()
+    return RequestProcessor(engine=BenchEngine(), store=store,  # type: ignore[arg-type]
+                            profiles=FixedProfiles(voices), worker="w",
+                            presign_seconds=60), store
+
+
+def test_a_mixing_engine_gets_one_call_for_several_voices_each_item_with_its_own_voice() -> None:
+    processor, _ = _bench_processor({"v", "w"})
+    assert processor.mixes_voices
+    engine = processor._engine
+    requests = [SynthesisRequest(request_id=f"r{i}", voice_id=voice, text=f"line {i}")
+                for i, voice in enumerate(["v", "w", "ghost", "v"])]
+    outcomes = processor.process_batch([(r, _received()) for r in requests])
+    assert [getattr(o, "status", None) for o in outcomes] == [
+        "succeeded", "succeeded", "rejected", "succeeded"]
+    assert (engine.calls, engine.items) == (1, 3)  # type: ignore[attr-defined]
+    # Each clip is what that voice alone makes: one call of one voice, on a fresh processor.
+    for request, outcome in zip(requests, outcomes, strict=True):
+        if request.voice_id == "ghost":
+            continue
+        alone, _ = _bench_processor({"v", "w"})
+        single = alone.process(request, _received())
+        assert isinstance(outcome, SynthesisResult) and outcome.audio and single.audio
+        assert outcome.audio.sha256 == single.audio.sha256
+
+
+def test_a_poison_item_in_a_mixed_batch_fails_alone() -> None:
+    from pipeline.engines.bench import FAIL_MARKER
+
+    processor, store = _bench_processor({"v", "w"})
+    requests = [SynthesisRequest(request_id="a", voice_id="v", text="fine"),
+                SynthesisRequest(request_id="b", voice_id="w", text=f"bad {FAIL_MARKER}"),
+                SynthesisRequest(request_id="c", voice_id="w", text="fine too")]
+    outcomes = processor.process_batch([(r, _received()) for r in requests])
+    assert isinstance(outcomes[1], VoiceFactoryError) and outcomes[1].retryable
+    assert [getattr(outcomes[i], "status", None) for i in (0, 2)] == ["succeeded"] * 2
+    assert len(store.objects) == 2
+
+
+def test_an_engine_that_cannot_mix_gets_one_call_a_voice() -> None:
+    engine, store = CountingEngine(), DictStore()
+    processor = RequestProcessor(engine=engine, store=store,  # type: ignore[arg-type]
+                                 profiles=FixedProfiles({"v", "w"}), worker="w",
+                                 presign_seconds=60)
+    assert not processor.mixes_voices
+    requests = [SynthesisRequest(request_id=f"r{i}", voice_id=voice, text="hi")
+                for i, voice in enumerate(["v", "w", "v"])]
+    outcomes = processor.process_batch([(r, _received()) for r in requests])
+    assert [getattr(o, "status", None) for o in outcomes] == ["succeeded"] * 3
+    assert (engine.calls, engine.items) == (2, 3)

@@ -1,4 +1,5 @@
-"""VoiceBatcher: size and time release, one voice per batch, fairness, drop and drain."""
+"""VoiceBatcher: size and time release, one voice per batch (several where the engine mixes
+voices), fairness, drop and drain."""
 
 from __future__ import annotations
 
@@ -269,3 +270,43 @@ async def test_a_dispatcher_of_one_lane_takes_only_that_lane_s_work() -> None:
     b.close()
     with pytest.raises(BatcherClosed):
         await asyncio.wait_for(b.next_batch("interactive"), 1)
+
+
+def mixing(max_batch: int = 4) -> VoiceBatcher[int]:
+    """A batcher for an engine that mixes voices: every queue but `stream:...` may share."""
+    return VoiceBatcher(max_batch=max_batch, batch_wait_s=5, capacity=100,
+                        idle=lambda: True, mixable=lambda key: not key.startswith("stream:"))
+
+
+async def test_mixing_tops_a_batch_up_from_other_voices_oldest_head_first() -> None:
+    b = mixing(max_batch=4)
+    b.put("alice", 1)
+    b.put("bob", 2)
+    b.put("carol", 3)
+    b.put("bob", 4)
+    b.put("dave", 5)
+    voice, items = await take(b)
+    # alice's queue is picked (oldest head); bob's (head 2) then carol's (head 3) fill it.
+    assert (voice, items) == ("alice", [1, 2, 4, 3])
+    assert b.qsize() == 1
+    assert await take(b) == ("dave", [5])
+
+
+async def test_mixing_never_takes_a_streamed_request_or_another_lane_s_items() -> None:
+    b = mixing(max_batch=8)
+    b.put("alice", 1)
+    b.put("stream:x", 2)
+    b.put("bob", 3, lane="interactive")
+    b.put("carol", 4)
+    assert await take(b) == ("bob", [3])  # interactive first, and alone in its lane
+    assert await take(b) == ("alice", [1, 4])
+    assert await take(b) == ("stream:x", [2])  # a streamed request goes alone
+    assert b.qsize() == 0
+
+
+async def test_without_mixable_a_batch_stays_one_voice_even_with_room() -> None:
+    b = VoiceBatcher[int](max_batch=8, batch_wait_s=5, capacity=100, idle=lambda: True)
+    b.put("alice", 1)
+    b.put("bob", 2)
+    assert await take(b) == ("alice", [1])
+    assert await take(b) == ("bob", [2])

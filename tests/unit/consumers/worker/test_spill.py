@@ -136,7 +136,8 @@ def worker_with(producer: Producer, checkpoint: FakeCheckpoint) -> Any:
     from pipeline.synthesis import RequestProcessor
 
     worker = SynthesisWorker(settings=Settings(worker=WorkerSettings(instance_id="me")),
-                             processor=cast(RequestProcessor, SimpleNamespace(answers=None)))
+                             processor=cast(RequestProcessor, SimpleNamespace(
+                                 answers=None, mixes_voices=False)))
     worker.checkpoint = checkpoint  # type: ignore[assignment]
     worker.spill = spill({"me": 20, "other": 0}, producer)
     return worker

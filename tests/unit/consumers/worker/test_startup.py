@@ -46,7 +46,7 @@ class Clients:
         # Spill off: its fleet view is one more Kafka client, which these fakes do not stand in for.
         settings = Settings(worker=WorkerSettings(instance_id="w-test"),
                             routing=RoutingSettings(fleet_interval_ms=60_000, spill_queue=0))
-        processor = cast(RequestProcessor, SimpleNamespace(answers=None))
+        processor = cast(RequestProcessor, SimpleNamespace(answers=None, mixes_voices=False))
         worker = SynthesisWorker(settings=settings, processor=processor)
         monkeypatch.setattr(worker._threads, "shutdown",
                             lambda: self.events.append("stop threads"))
