@@ -5,7 +5,11 @@ never drops; the fetch loop reads `qsize(lane)` and pauses partitions) -> dispat
 next_batch() -> (voice_id, up to `max_batch` items of that one voice and lane) -> the engine.
 With `mixable` (the engine mixes voices in a call: pipeline.engines.base.VoiceMixer) a batch
 taken from a queue whose key passes it is topped up to `max_batch` from the lane's other
-such queues, oldest head first; streamed requests' queues never pass it.
+such queues, oldest head first; streamed requests' queues never pass it. The batch lane's
+mixable queues are then released when together they fill a batch or `idle()` says the
+device has a free slot, not after `batch_wait_s`: a batch taken early would wait for the
+device anyway, frozen, while later arrivals start batches of their own (the worker calls
+poke() when a slot frees).
 
 A queue is ready once it holds `max_batch` items or its oldest item has waited
 `batch_wait_s` (with max_batch=1 every item is ready at once), or at once while `idle()` says
@@ -105,6 +109,10 @@ class VoiceBatcher(Generic[T]):
         self._sizes[lane] += 1
         self._changed.set()
 
+    def poke(self) -> None:
+        """Wake the waiting dispatchers to look again (`idle()` may have changed)."""
+        self._changed.set()
+
     def qsize(self, lane: Lane | None = None) -> int:
         """Items waiting in `lane`, or in both lanes."""
         return sum(self._sizes.values()) if lane is None else self._sizes[lane]
@@ -166,11 +174,22 @@ class VoiceBatcher(Generic[T]):
         next_ready = math.inf
         # Closing: nothing more will join a partial batch, so hand it out now.
         release_all = self._closed or (bool(self._queues) and self._idle())
+        mixable = self._mixable
+        # Mixing: the batch lane's mixable queues go together, once they fill a batch or the
+        # device has room (module docstring), never on batch_wait_s alone.
+        gated = (lambda key: key[0] == "batch" and mixable(key[1])) if mixable else None
+        pooled = (sum(len(q) for k, q in self._queues.items() if gated(k))
+                  if gated and not release_all else 0)
         for key, queue in self._queues.items():
             if only is not None and key[0] != only:
                 continue
             head_t = queue[0].enqueued_at
             due = head_t + self.batch_wait_s
+            if gated and gated(key):
+                if ((release_all or pooled >= self.max_batch)
+                        and head_t < best_t.get(key[0], math.inf)):
+                    best[key[0]], best_t[key[0]] = key, head_t
+                continue  # no timer: a put or poke() wakes the dispatchers
             if len(queue) >= self.max_batch or due <= now or release_all:
                 lane = key[0]
                 if head_t < best_t.get(lane, math.inf):

@@ -89,6 +89,7 @@ class WorkerDispatch:
             outcome = await self.streams.run(req)
         finally:
             self._running_batches -= 1
+            self.batcher.poke()
         self._settle(req, outcome)
 
     async def _run_batch(self, reqs: list[InFlightRequest]) -> None:
@@ -109,6 +110,7 @@ class WorkerDispatch:
         finally:
             self._running_batches -= 1
             self.metrics.set_inflight(self._running_batches)
+            self.batcher.poke()  # idle() may say yes now
         self.metrics.on_batch_done(len(reqs), time.perf_counter() - started)
         for req, outcome in zip(reqs, outcomes, strict=True):
             self._settle(req, outcome)

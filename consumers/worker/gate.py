@@ -74,6 +74,10 @@ class LaneGate:
         # thread ident -> [entries, from the reserve] (re-entrant per thread)
         self._held: dict[int, list[int]] = {}
         self.capacity = slots + interactive_slots  # device calls at once, both kinds
+        # Called (in the caller's thread, outside the lock) when a slot frees, and when a
+        # call takes one and another is still free: the worker wakes its batcher with it,
+        # as batches may wait for the device (batching.py).
+        self.on_room: Callable[[], None] | None = None
 
     @classmethod
     def for_shape(cls, shape: WorkerShape, *, batch_share: float) -> LaneGate:
@@ -107,6 +111,9 @@ class LaneGate:
                 self._free -= 1
             self._held[me] = [1, int(reserved)]
             self._elect()
+            room = self._free > 0
+        if room and self.on_room is not None:
+            self.on_room()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -123,6 +130,13 @@ class LaneGate:
             else:
                 self._free += 1
             self._elect()
+        if self.on_room is not None:
+            self.on_room()
+
+    def has_free_slot(self) -> bool:
+        """Whether a batch-lane call would get a shared slot at once: one is free and no
+        call waits for it. A hint (read without the lock): the gate still decides."""
+        return self._free > 0 and not any(self._waiting.values())
 
     def waiting(self, lane: Lane) -> int:
         with self._cond:

@@ -128,10 +128,10 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         self.retry = RetryPolicy(max_attempts=s.max_attempts,
                                  storage_retry_s=s.storage_retry_seconds,
                                  base_delay_s=retry_base_s, max_delay_s=s.retry_max_delay_s)
+        self._gate = device_gate
         self.batcher: VoiceBatcher[InFlightRequest] = VoiceBatcher(
             max_batch=s.max_batch, batch_wait_s=s.batch_wait_ms / 1000,
-            capacity=s.queue_capacity,
-            idle=lambda: self._running_batches < self.shape.batch_slots,
+            capacity=s.queue_capacity, idle=self._device_idle,
             batch_share=s.batch_min_share,
             mixable=mixable if processor.mixes_voices else None)
         self.cancels = CancelRegistry(ttl_s=s.cancel_ttl_s, max_entries=s.cancel_max_entries)
@@ -149,6 +149,14 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         self.refused: str | None = None
         self.health: HealthServer | None = None
         self.spill: Spill | None = None  # made in run() when VF_ROUTE_SPILL_QUEUE > 0
+
+    def _device_idle(self) -> bool:
+        """The batcher's idle(): a batch taken now would not wait for the device. Mixing
+        voices, the gate's own count (a batch storing its outputs holds no slot); else the
+        batches running, storing included, against the shared slots."""
+        if self._gate is not None and self._processor.mixes_voices:
+            return self._gate.has_free_slot()
+        return self._running_batches < self.shape.batch_slots
 
     @property
     def processed(self) -> int:
@@ -201,6 +209,15 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
             await startup.start_part(stack, "health server", self.health.start,
                                      self.health.stop, logger=log)
         stack.callback(self._threads.shutdown)  # made in __init__; stopped before /healthz
+        if self._gate is not None:  # a freed device slot wakes batches that wait for one
+            loop = asyncio.get_running_loop()
+
+            def wake() -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nothing waits
+                    loop.call_soon_threadsafe(self.batcher.poke)
+
+            self._gate.on_room = wake
+            stack.callback(setattr, self._gate, "on_room", None)
         if self._warm_up is not None:
             # Load before joining the group: a member that cannot serve takes no partition.
             self._warming = True

@@ -310,3 +310,23 @@ async def test_without_mixable_a_batch_stays_one_voice_even_with_room() -> None:
     b.put("bob", 2)
     assert await take(b) == ("alice", [1])
     assert await take(b) == ("bob", [2])
+
+
+async def test_mixing_batch_lane_waits_for_the_device_not_the_timer_then_goes_together() -> None:
+    device_free = False
+    b = VoiceBatcher[int](max_batch=3, batch_wait_s=0.01, capacity=100,
+                          idle=lambda: device_free, mixable=lambda key: True)
+    b.put("alice", 1)
+    b.put("bob", 2)
+    waiter = asyncio.create_task(b.next_batch())
+    await asyncio.sleep(0.1)  # ten times the batch wait: still held, for company
+    assert not waiter.done()
+    device_free = True
+    b.poke()  # the worker's gate calls this when a slot frees
+    assert await asyncio.wait_for(waiter, 1) == ("alice", [1, 2])
+    device_free = False
+    for i, voice in enumerate(["carol", "dave", "erin"]):  # a full batch goes at once
+        b.put(voice, 3 + i)
+    assert await take(b) == ("carol", [3, 4, 5])
+    b.put("frank", 6, lane="interactive")  # callers keep the timer
+    assert await take(b) == ("frank", [6])

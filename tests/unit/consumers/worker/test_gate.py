@@ -197,3 +197,21 @@ def test_the_reserve_serves_a_caller_while_batch_work_fills_the_shared_slots() -
     assert order == ["batch-running", "call", "call-2", "batch-waiting"]
     with pytest.raises(ValueError, match="interactive_slots"):
         LaneGate(1, batch_share=0.1, interactive_slots=-1)
+
+
+def test_has_free_slot_and_on_room_follow_the_shared_slots() -> None:
+    gate = LaneGate(2, batch_share=0.1)
+    rooms: list[int] = []
+    gate.on_room = lambda: rooms.append(1)
+    assert gate.has_free_slot()
+    with gate:  # one of two taken: room left, said once
+        assert gate.has_free_slot() and len(rooms) == 1
+        hold, order = threading.Event(), list[str]()
+        other = _enter_in_thread(gate, "batch", "other", order, hold)
+        _until(lambda: order == ["other"])
+        assert not gate.has_free_slot()  # both taken: nothing said
+        assert len(rooms) == 1
+        hold.set()
+        other.join(2)
+        assert gate.has_free_slot() and len(rooms) == 2  # a slot freed: said
+    assert len(rooms) == 3
