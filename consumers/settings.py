@@ -280,7 +280,7 @@ class RoutingSettings(_Checked):
     # A popular voice gets one more worker (a copy of its profile) for each this much of a
     # worker's share of the traffic it brings: lower spreads more voices, which waits less
     # and builds more profiles (docs/routing.md).
-    copy_share: float = var("VF_ROUTE_COPY_SHARE", 0.04, gt=0.0, le=1.0)
+    copy_share: float = var("VF_ROUTE_COPY_SHARE", 0.02, gt=0.0, le=1.0)
     # A streamed request whose worker left the view before its first chunk is sent again
     # to another worker (same request_id) after at least this long; 0 turns it off.
     failover_ms: int = var("VF_ROUTE_FAILOVER_MS", 250, ge=0)

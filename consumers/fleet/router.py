@@ -76,7 +76,7 @@ MAX_REMEMBERED = 100_000  # voices' preference lists kept; past that they are wa
 # job is spread within its first lines.
 POPULARITY_HALF_LIFE = 2000  # requests
 HOME_QUEUE = 6  # VF_ROUTE_HOME_QUEUE's default
-COPY_SHARE = 0.04  # VF_ROUTE_COPY_SHARE's default
+COPY_SHARE = 0.02  # VF_ROUTE_COPY_SHARE's default
 
 
 @dataclass(frozen=True)

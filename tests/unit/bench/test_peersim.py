@@ -47,12 +47,8 @@ def test_an_unknown_design_is_refused_and_the_cli_prints_every_level(
 
 
 def test_mixing_voices_in_a_call_carries_loads_that_one_voice_calls_cannot() -> None:
-    mixed = simulate("fleet", max_load=1.5)
-    one_voice = simulate("fleet", max_load=1.5, mix=False)
+    mixed = levels(simulate("fleet", max_load=1.5))
+    one_voice = levels(simulate("fleet", max_load=1.5, mix=False))
     # Tail voices never have company of their own voice: only mixed calls batch them.
-    assert levels(mixed)["load1.5"]["p99_ms"] < 1000 < levels(one_voice)["load1.5"]["p99_ms"]
-    # Below nominal load a slot is mostly free: mixing changes the tail little, and the
-    # routing (so the builds) not at all.
-    assert levels(mixed)["load0.7"]["p99_ms"] == pytest.approx(
-        levels(one_voice)["load0.7"]["p99_ms"], rel=0.1)
-    assert abs(mixed["builds"] - one_voice["builds"]) <= 0.02 * one_voice["builds"]
+    assert mixed["load1.5"]["p99_ms"] < 1000 < one_voice["load1.5"]["p99_ms"]
+    assert mixed["load0.7"]["p99_ms"] == one_voice["load0.7"]["p99_ms"]  # slots free: alone
