@@ -129,11 +129,12 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
                                  storage_retry_s=s.storage_retry_seconds,
                                  base_delay_s=retry_base_s, max_delay_s=s.retry_max_delay_s)
         self._gate = device_gate
+        self._mixing = processor.mixes_voices  # one engine call may hold several voices
         self.batcher: VoiceBatcher[InFlightRequest] = VoiceBatcher(
             max_batch=s.max_batch, batch_wait_s=s.batch_wait_ms / 1000,
             capacity=s.queue_capacity, idle=self._device_idle,
             batch_share=s.batch_min_share,
-            mixable=mixable if processor.mixes_voices else None)
+            mixable=mixable if self._mixing else None)
         self.cancels = CancelRegistry(ttl_s=s.cancel_ttl_s, max_entries=s.cancel_max_entries)
         self._canceller = QueueCanceller(registry=self.cancels, batcher=self.batcher,
                                          answers=lambda: processor.answers, finish=self._finish)
@@ -154,7 +155,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         """The batcher's idle(): a batch taken now would not wait for the device. Mixing
         voices, the gate's own count (a batch storing its outputs holds no slot); else the
         batches running, storing included, against the shared slots."""
-        if self._gate is not None and self._processor.mixes_voices:
+        if self._gate is not None and self._mixing:
             return self._gate.has_free_slot()
         return self._running_batches < self.shape.batch_slots
 
