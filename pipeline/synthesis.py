@@ -120,7 +120,7 @@ class RequestProcessor(StreamStages):
             profile = self._profile_for(group, outcomes)
             if profile is not None:
                 calls.append([(profile, p) for p in group])
-        if len(calls) > 1 and isinstance(self._engine, VoiceMixer):
+        if len(calls) > 1 and self.mixes_voices:
             calls = [[pair for call in calls for pair in call]]
         for call in calls:
             for (_, p), outcome in zip(call, self._run_engine(call), strict=True):

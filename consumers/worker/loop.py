@@ -210,7 +210,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
             await startup.start_part(stack, "health server", self.health.start,
                                      self.health.stop, logger=log)
         stack.callback(self._threads.shutdown)  # made in __init__; stopped before /healthz
-        if self._gate is not None:  # a freed device slot wakes batches that wait for one
+        if self._gate is not None and self._mixing:  # batches wait for a slot: wake them
             loop = asyncio.get_running_loop()
 
             def wake() -> None:
