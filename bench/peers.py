@@ -226,6 +226,7 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
         async with Load(s, routed=True) as load, ResultLog(s, on_answer=load.done) as results:
             load.follow_answers(lambda rid: rid in results.first)  # as the gateway does
             await asyncio.gather(*(w.wait_log("assigned partitions", 300) for w in workers))
+            await load.wait_fleet(PROCESSES, 120)
             meters = {"workers": [CpuMeter(w.pid) for w in workers]}
 
             def kill() -> None:

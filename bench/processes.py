@@ -75,6 +75,10 @@ class WorkerProcess:
         full_env = {**os.environ, **settings.to_env(), **(env or {})}
         argv = [sys.executable, "-m", module,
                 *(["worker", "--log-format", "text"] if args is None else args)]
+        # The log is appended to (a work dir keeps every run's), so this process's own text
+        # starts where the file ended: wait_log() must not take an earlier run's "assigned
+        # partitions" for this one's.
+        self._log_from = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as out:
             self.proc = subprocess.Popen(argv, env=full_env, stdout=out,
                                          stderr=subprocess.STDOUT)
@@ -90,7 +94,12 @@ class WorkerProcess:
         return self.proc.pid
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        """What this process wrote to its log (not what earlier runs left in the file)."""
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_from)
+            return f.read().decode(errors="replace")
 
     async def wait_log(self, text: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
