@@ -24,7 +24,9 @@ the bench machine (4 processes, the broker, the S3 server and the driver on 2 co
 lag beyond STATUS_S, and the store load a miss costs. Against the real full runs it gives
 nginx's builds (834 against 832, 843 and 846 measured) and the first fleet router's with home
 queue 0 (701 against 709); against the run of 2026-12-05 (docs/benchmarks.md, section 8) the
-fleet's builds 489 against 510 and p99s within 15 ms up to 90 % load, 290 ms under at 110 %.
+fleet's builds 489 against 510 and p99s within 15 ms up to 90 % load, 290 ms under at 110 %;
+with voices mixed in a call and the bench waiting for its workers to join (2026-12-06), the
+fleet's builds 490 against 488 and p99s 20-90 ms under the measured ones up to 200 %.
 """
 
 from __future__ import annotations
