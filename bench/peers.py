@@ -17,7 +17,8 @@ serve at one request a call.
   the gateway's failover: a request whose worker left the view unanswered is sent again)
   -> answers read from `tts.results`, each one ending its count in the router.
 
-Per design: start, wait until ready -> warm-up (WARM_S at 50 % load) -> per load level:
+Per design: start, wait until ready (VoiceFactory: every worker assigned, and the router's
+view holding all of them) -> warm-up (WARM_S at 50 % load) -> per load level:
 the next slice of the trace, paced for LEVEL_S, every answer awaited -> profile lookups
 (`vf_profile_cache_total`, scraped from each process's /metrics) and CPU (bench.cpu) over
 the levels -> kill run at 70 %: KILL_S seconds, one server / worker killed -9 after
