@@ -29,7 +29,6 @@ from minio import Minio
 
 from bench.readers import ResultLog
 from bench.stack import LocalStack
-from consumers.fleet.router import FleetRouter
 from consumers.fleet.sending import RoutedSender, fleet_router, lane_sender
 from consumers.fleet.view import FleetView
 from consumers.gateway.failover import Failover
@@ -247,8 +246,6 @@ class Load:
         self.failover: Failover | None = None  # follow_answers() turns it on
         self._failover_task: asyncio.Task[None] | None = None
         self._view: FleetView | None = None
-        self._router: FleetRouter | None = None
-        self._lane: RouteLane = "batch"
         self._producer: Any = None
         self.sent: dict[str, float] = {}  # request_id -> wall time of the send call
         self.acked: set[str] = set()
@@ -259,12 +256,12 @@ class Load:
         self._producer = make_producer(self._settings.kafka, linger_ms=1)
         await self._producer.start()
         if self._routed:
-            self._router, self._view = await fleet_router(self._settings, self._producer)
-            self._lane = ("interactive" if self._topic.endswith(REQUESTS_INTERACTIVE.name)
-                          else "batch")
+            router, self._view = await fleet_router(self._settings, self._producer)
+            lane: RouteLane = ("interactive" if self._topic.endswith(REQUESTS_INTERACTIVE.name)
+                               else "batch")
             self.sender = lane_sender(self._producer,
-                                      topic_names(self._settings.kafka.topic_prefix),
-                                      self._lane, self._router, balance=self._balance)
+                                      topic_names(self._settings.kafka.topic_prefix), lane,
+                                      router, balance=self._balance)
         return self
 
     async def wait_fleet(self, workers: int, timeout_s: float) -> None:
@@ -272,12 +269,13 @@ class Load:
         two status intervals more (each worker's status after the last rebalance): a load
         sent earlier follows the view of a fleet still joining, in which the first worker
         owned every partition for a moment, and its voices' profiles land there."""
-        assert self._router is not None, "a routed Load"
+        assert self.sender is not None and self.sender.router is not None, "a routed Load"
+        router, lane = self.sender.router, self.sender.lane
         deadline = time.monotonic() + timeout_s
-        while len(self._router.workers(self._lane)) < workers:
+        while len(seen := router.workers(lane)) < workers:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the fleet view holds {self._router.workers(self._lane)} "
-                                   f"after {timeout_s:.0f} s, not {workers} workers")
+                raise TimeoutError(f"the fleet view holds {seen} after {timeout_s:.0f} s, "
+                                   f"not {workers} workers")
             await asyncio.sleep(0.1)
         await asyncio.sleep(2 * self._settings.routing.fleet_interval_ms / 1000)
 

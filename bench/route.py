@@ -83,7 +83,7 @@ class Fleet:
     def __init__(self, ctx: BenchContext, s: Settings, n: int, tag: str) -> None:
         self.settings = s
         self.ports = [free_port() for _ in range(n)]
-        run = s.kafka.topic_prefix.rstrip(".")  # a log of this run's own: wait_log reads it
+        run = s.kafka.topic_prefix.rstrip(".")  # each run's logs apart, to read afterwards
         self.workers = [WorkerProcess(s, ctx.work_dir / f"{run}-{tag}{i}.log",
                                       env={**ENGINE, "VF_METRICS_PORT": str(port),
                                            "VF_INSTANCE_ID": f"{s.kafka.topic_prefix}w{i}"})
