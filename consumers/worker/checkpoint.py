@@ -11,7 +11,8 @@ redelivered (to this worker or to the partition's next owner):
     2. answer(...)         Publisher sends the result and/or DLQ record and waits for the
                            broker's acknowledgement (acks=all)
     3.   -> offset done    only after step 2 returned; a failed publish stops here
-    4. commit()            every 0.5 s (and on revocation and shutdown): per partition, the
+    4. commit()            every 0.5 s, or sooner once COMMIT_BURST answers wait for it
+                           (and on revocation and shutdown): per partition, the
                            offset below which every fetched record is done, via
                            consumer.commit; a commit refused after a rebalance is left to
                            the new owner, a broker error is retried on the next round
@@ -45,6 +46,11 @@ from consumers.worker.publisher import Publisher
 from topics.events import DeadLetter, SynthesisResult
 
 log = logging.getLogger(__name__)
+# Answers that wake the commit loop before its interval is up. Every answer not yet
+# committed is answered again after a crash (the next owner redelivers it, and the store
+# makes the second answer a duplicate event, not a second object); a burst of fast answers
+# under load would otherwise leave a whole interval's worth of them exposed.
+COMMIT_BURST = 32
 
 
 class Checkpoint:
@@ -73,6 +79,8 @@ class Checkpoint:
         self._retry_waiting = 0
         self.last_commit_ok = 0.0  # time.monotonic() of the last successful commit
         self.answered = 0
+        self._since_commit = 0  # offsets done since the last commit began
+        self._burst = asyncio.Event()  # set once COMMIT_BURST of them wait
 
     # -- step 0: the fetch loop took a record ---------------------------------------------
 
@@ -118,6 +126,7 @@ class Checkpoint:
         its offset is done without an answer from here."""
         self._offsets.done(tp, offset)
         self._end(tp, offset)
+        self._count_done()
 
     # -- steps 2 and 3: answer, then mark done ---------------------------------------------
 
@@ -139,13 +148,30 @@ class Checkpoint:
         self._offsets.done(tp, rec.offset)
         self._end(tp, rec.offset)
         self.answered += 1
+        self._count_done()
+
+    def _count_done(self) -> None:
+        self._since_commit += 1
+        if self._since_commit >= COMMIT_BURST:
+            self._burst.set()
 
     # -- step 4: commit ----------------------------------------------------------------------
+
+    async def wait_due(self, interval_s: float) -> None:
+        """Return when the next commit is due: `interval_s` passed, or COMMIT_BURST offsets
+        were done since the last commit began, whichever comes first."""
+        with contextlib.suppress(TimeoutError):
+            # asyncio.timeout, not wait_for: see lag.py's refresh (the drain cancels this).
+            async with asyncio.timeout(interval_s):
+                await self._burst.wait()
 
     async def commit(self, only: Iterable[TopicPartition] | None = None) -> bool:
         """Commit the contiguous done offsets of the owned partitions (or of `only`, which a
         revocation uses for the partitions it is giving away). True when a commit was made."""
         candidates = self._offsets.committable()
+        if only is None:  # what is done from here on waits for the next round
+            self._since_commit = 0
+            self._burst.clear()
         if only is not None:
             keep = set(only)
             offsets = {tp: off for tp, off in candidates.items() if tp in keep}

@@ -1,6 +1,6 @@
 """Lag and stuck commits per assigned partition, from the group's committed offsets.
 
-    commit loop, every 0.5 s (loop.py -> Checkpoint.update_lag):
+    commit loop, every 0.5 s or after a burst of answers (loop.py -> Checkpoint.update_lag):
         Checkpoint.commit succeeded -> committed(offsets): this process's own commits
         -> await update():
             refresh, when a partition is new to this process and every `refresh_s` (30 s):

@@ -26,9 +26,9 @@
     tts.audio as they come, the final chunk record acknowledged before step 2)
         │
         v
-    commit loop (here, every 0.5 s): step 4, Checkpoint.commit: contiguous done offsets
-        per partition -> consumer.commit; then Checkpoint.update_lag (lag.py: lag from the
-        group's committed offsets, partitions whose commits are stuck)
+    commit loop (every 0.5 s, sooner after a burst of answers): step 4, Checkpoint.commit:
+        contiguous done offsets per partition -> consumer.commit; then Checkpoint.update_lag
+        (lag.py: lag from the group's committed offsets, partitions whose commits are stuck)
     revocation (rebalance.py): Checkpoint.revoke -> batcher.drop -> Checkpoint.wait_idle
         -> Checkpoint.commit -> Checkpoint.forget
     control loop (cancellation.py): tts.control -> CancelRegistry -> queued requests of the
@@ -458,7 +458,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
 
     async def _commit_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._commit_interval_s)
+            await self._cp.wait_due(self._commit_interval_s)
             await self._cp.commit()  # step 4
             await self._cp.update_lag()  # and stuck partitions (lag.py)
 

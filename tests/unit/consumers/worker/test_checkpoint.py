@@ -18,6 +18,7 @@ from aiokafka.errors import (
 )
 
 from consumers.metrics import WorkerMetrics
+from consumers.worker.checkpoint import COMMIT_BURST
 from consumers.worker.publisher import dead_letter
 from tests.unit.consumers.worker.fakes import (
     NAMES,
@@ -231,3 +232,30 @@ async def test_lag_is_the_high_watermark_minus_the_group_s_committed_offset() ->
     assert metrics.registry.get_sample_value("vf_consumer_lag", lag) is None
     assert metrics.registry.get_sample_value("vf_partition_commit_stalled_seconds",
                                              lag) is None
+
+
+async def test_a_burst_of_answers_makes_the_commit_due_before_its_interval() -> None:
+    consumer, producer = FakeConsumer(), FakeProducer()
+    cp = make_checkpoint(consumer, producer)
+    for offset in range(COMMIT_BURST):
+        cp.begin(P0, offset)
+    for offset in range(COMMIT_BURST - 1):
+        await cp.answer(P0, record(offset), result=result(offset))
+    with pytest.raises(TimeoutError):  # one short of a burst: the interval decides
+        async with asyncio.timeout(0.2):
+            await cp.wait_due(60.0)
+    await cp.answer(P0, record(COMMIT_BURST - 1), result=result(COMMIT_BURST - 1))
+    async with asyncio.timeout(5):  # the burst is complete: due at once
+        await cp.wait_due(60.0)
+    assert await cp.commit() is True
+    assert consumer.commits == [{P0: COMMIT_BURST}]
+    with pytest.raises(TimeoutError):  # the commit took the burst along
+        async with asyncio.timeout(0.2):
+            await cp.wait_due(60.0)
+
+
+async def test_with_no_burst_the_commit_is_due_after_its_interval() -> None:
+    cp = make_checkpoint(FakeConsumer(), FakeProducer())
+    started = asyncio.get_running_loop().time()
+    await cp.wait_due(0.05)
+    assert asyncio.get_running_loop().time() - started >= 0.045  # timer granularity
