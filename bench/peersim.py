@@ -7,6 +7,10 @@ seconds, where the real bench (bench/peers.py) takes half an hour of a quiet mac
        turn) or "fleet" (consumers.fleet.FleetRouter, fed each process's status every
        STATUS_S of simulated time: its partitions, what runs and waits there, the voices its
        cache holds; its own requests counted from send to answer, as the bench's client does)
+       or "ideal" (a yardstick no real router reaches: it knows every process's load and
+       cache exactly; a voice no process holds goes to the least loaded, a held one to its
+       least loaded holder unless that has `home_queue` or more waiting beyond its slots and
+       some process has a slot free, where it moves)
     -> PROCESSES processes x SLOTS slots: a free slot takes the queue whose oldest request is
        oldest; fleet workers take up to MAX_BATCH of that voice as one call, topped up from
        the other voices' queues, oldest first (VoiceBatcher mixing: the bench engine is a
@@ -50,6 +54,7 @@ CACHE_ENTRIES = 256
 STATUS_S = 0.5
 BASE_S, PER_ITEM_S = 0.250, 0.050
 COUNTED_UP_TO = 1.1  # the bench counts builds over the levels both designs always run
+DESIGNS = ("least_conn", "fleet", "ideal")
 
 
 @dataclass
@@ -64,8 +69,9 @@ class _Run:
     """One design over the trace: arrivals routed, calls started and ended in time order."""
 
     def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None,
-                 mix: bool = True) -> None:
-        self.batch_max = MAX_BATCH if design == "fleet" else 1
+                 mix: bool = True, ideal: int | None = None) -> None:
+        self.batch_max = 1 if design == "least_conn" else MAX_BATCH
+        self.ideal = ideal  # the ideal router's home queue; None: another design
         self.mix = mix
         self.level_of = levels  # request index -> its level
         self.router = router
@@ -92,6 +98,8 @@ class _Run:
         self.dispatch(w)
 
     def route(self, i: int, voice: str) -> int:
+        if self.ideal is not None:
+            return self.ideal_pick(voice, self.ideal)
         if self.router is None:  # nginx least_conn
             w = least_conn_pick(self.inflight, self.turn)
             self.turn = (w + 1) % PROCESSES
@@ -102,6 +110,18 @@ class _Run:
         route = self.router.route(voice)
         self.router.sent(f"r{i}", route)
         return int(route.worker) if route.worker is not None else 0
+
+    def ideal_pick(self, voice: str, home_queue: int) -> int:
+        def least(among: list[int]) -> int:
+            return min(among, key=lambda w: (self.inflight[w], w))
+        holders = [w for w, proc in enumerate(self.procs) if voice in proc.cache]
+        anywhere = least(list(range(PROCESSES)))
+        if not holders:
+            return anywhere  # a first sighting builds wherever it goes
+        holder = least(holders)
+        if self.inflight[holder] < SLOTS + home_queue or self.inflight[anywhere] >= SLOTS:
+            return holder
+        return anywhere
 
     def end_calls(self, until: float = math.inf) -> None:
         while self.ends and self.ends[0][0] <= until:
@@ -157,8 +177,8 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
              home_queue: int = HOME_QUEUE, balance: float = 1.25,
              copy_share: float = COPY_SHARE, mix: bool = True) -> dict[str, Any]:
     """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds."""
-    if design not in ("least_conn", "fleet"):
-        raise ValueError(f"design must be least_conn or fleet, got {design!r}")
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
     every = slices(plan(quick))  # the whole plan: the trace is cut the way the bench cuts it
     parts = [(name, load, count) for name, load, count in every
              if name != "kill" and (name == "warm" or load <= max_load)]
@@ -173,7 +193,8 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
         rate = load * NOMINAL_RPS
         schedule += [(start + k / rate, name) for k in range(count)]
         start += count / rate
-    run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router, mix)
+    run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router, mix,
+               ideal=home_queue if design == "ideal" else None)
     for i, (at, _) in enumerate(schedule):
         clock[0] = at
         run.arrive(at, i, voices[i])
@@ -198,8 +219,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.peersim",
         description="The peers bench's trace and cost model as an event simulation: p50/p99 "
-                    "per load level and profile builds, least_conn against fleet routing.")
-    parser.add_argument("--design", choices=("least_conn", "fleet"), default="fleet")
+                    "per load level and profile builds, least_conn against fleet routing (or "
+                    "the ideal router).")
+    parser.add_argument("--design", choices=DESIGNS, default="fleet",
+                        help="ideal: exact loads and caches, first sightings placed freely, "
+                             "a yardstick for what any router could do (module docstring)")
     parser.add_argument("--home-queue", type=int, default=HOME_QUEUE)
     parser.add_argument("--balance", type=float, default=1.25)
     parser.add_argument("--copy-share", type=float, default=COPY_SHARE)

@@ -39,7 +39,7 @@ def test_home_queue_zero_trades_builds_for_waiting() -> None:
 
 def test_an_unknown_design_is_refused_and_the_cli_prints_every_level(
         capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ValueError, match="least_conn or fleet"):
+    with pytest.raises(ValueError, match="least_conn, fleet, ideal"):
         simulate("round_robin")
     main(["--quick", "--max-load", "0.7"])
     out = capsys.readouterr().out
@@ -52,3 +52,18 @@ def test_mixing_voices_in_a_call_carries_loads_that_one_voice_calls_cannot() -> 
     # Tail voices never have company of their own voice: only mixed calls batch them.
     assert mixed["load1.5"]["p99_ms"] < 1000 < one_voice["load1.5"]["p99_ms"]
     assert mixed["load0.7"]["p99_ms"] == one_voice["load0.7"]["p99_ms"]  # slots free: alone
+
+
+def test_the_ideal_router_moves_only_when_every_holder_is_full_and_a_slot_is_free() -> None:
+    nginx = simulate("least_conn", max_load=0.7)
+    ideal = simulate("ideal", max_load=0.7, home_queue=0)
+    by = levels(ideal)
+    one_call_ms = (BASE_S + PER_ITEM_S) * 1000
+    for name in ("load0.3", "load0.5", "load0.7"):  # a slot free somewhere: nobody waits
+        assert by[name]["p99_ms"] == pytest.approx(one_call_ms)
+    assert ideal["first_sightings"] == nginx["first_sightings"]
+    assert ideal["first_sightings"] < ideal["builds"] < nginx["builds"]
+    # Waiting at home instead never moves more, and never waits less.
+    patient = simulate("ideal", max_load=0.7, home_queue=6)
+    assert patient["builds"] <= ideal["builds"]
+    assert levels(patient)["load0.7"]["p99_ms"] > one_call_ms
