@@ -266,7 +266,8 @@ async def test_one_id_two_texts_back_to_back_one_succeeds_one_is_rejected(
                 await asyncio.sleep(0.05 * (i % 3))  # vary the timing
         finally:
             await producer.stop()
-        results = await wait_for_answers(s, {a.request_id for a, _ in pairs}, 60)
+        # Two records per ID: wait for both answers, not just the first of each.
+        results = await wait_for_answers(s, {a.request_id for a, _ in pairs}, 60, each=2)
     for first, second in pairs:
         mine = [r for r in results if r.request_id == first.request_id]
         assert sorted(r.status for r in mine) == ["rejected", "succeeded"], mine  # one each
