@@ -169,14 +169,13 @@ class Checkpoint:
         """Commit the contiguous done offsets of the owned partitions (or of `only`, which a
         revocation uses for the partitions it is giving away). True when a commit was made."""
         candidates = self._offsets.committable()
-        if only is None:  # what is done from here on waits for the next round
-            self._since_commit = 0
-            self._burst.clear()
         if only is not None:
             keep = set(only)
             offsets = {tp: off for tp, off in candidates.items() if tp in keep}
         else:
             offsets = {tp: off for tp, off in candidates.items() if tp not in self._revoked}
+            self._since_commit = 0  # what is done from here on waits for the next round
+            self._burst.clear()
         if not offsets:
             return False
         try:

@@ -61,14 +61,13 @@ async def wait_for_answers(settings: Settings, wanted: set[str], timeout_s: floa
     """Every result on tts.results once each of `wanted` has `each` answers there (more
     than one where several records share a request ID)."""
     deadline = time.monotonic() + timeout_s
-    results: list[SynthesisResult] = []
+    counts: Counter[str] = Counter()
     while time.monotonic() < deadline:
         results = [decode_result(v) for v in await _read_all(
             settings, topic_names(settings.kafka.topic_prefix).results, timeout_s=10)]
         counts = Counter(r.request_id for r in results)
         if all(counts[rid] >= each for rid in wanted):
             return results
-    counts = Counter(r.request_id for r in results)
     missing = {rid for rid in wanted if counts[rid] < each}
     raise AssertionError(f"{len(missing)} requests without {each} answers, "
                          f"e.g. {sorted(missing)[:5]}")
