@@ -3,8 +3,8 @@
 load(): VF_COSYVOICE_MODEL_DIR checked, the package imported from VF_COSYVOICE_SOURCE or
   PYTHONPATH (cosyvoice_setup) -> DevicePlan from VF_DEVICE/VF_PRECISION ->
   CosyVoice2/CosyVoice3(model_dir, fp16=...) -> cosyvoice_runtime's changes to how upstream
-  runs here (LLM-thread errors reach the caller, per-call streaming state, WAV loading without
-  torchcodec, no progress bars).
+  runs here (LLM-thread errors reach the caller, per-call streaming state, decode steps that
+  attend to the whole history, WAV loading without torchcodec, no progress bars).
 profile(reference, prompt_text): reference -> temporary WAV -> model.add_zero_shot_spk
   (speech tokens, mel features, CAM++ embedding: what frontend_zero_shot computes) ->
   numpy `Profile.tensors`, persisted by the profile tier as safetensors.
@@ -57,7 +57,12 @@ from pipeline.engines.cosyvoice_prompts import (
     plan_call,
 )
 from pipeline.engines.cosyvoice_prompts import prompt_text as model_prompt_text
-from pipeline.engines.cosyvoice_runtime import guard_model, quiet_progress, use_soundfile_loader
+from pipeline.engines.cosyvoice_runtime import (
+    attend_to_whole_history,
+    guard_model,
+    quiet_progress,
+    use_soundfile_loader,
+)
 from pipeline.engines.cosyvoice_setup import (
     device_plan,
     import_cosyvoice,
@@ -161,6 +166,7 @@ class CosyVoiceEngine:
                                     "this CosyVoice version is not supported")
         try:
             guard_model(model)
+            attend_to_whole_history(model)
         except (AttributeError, TypeError) as exc:
             raise EngineUnavailable(f"{layout.class_name}.model: {exc}; this CosyVoice "
                                     "version is not supported") from exc

@@ -14,6 +14,14 @@ the caller's thread. Streaming also grows `token_hop_len` on the shared model an
 `__init__` resets it, so a later or concurrent request would start with a larger first hop:
 each view starts from the value `__init__` set, and the shared one is never written.
 
+`attend_to_whole_history(cosyvoice)` at load: upstream's Qwen2Encoder.forward_one_step hands
+transformers `masks[:, -1, :]`, and its decode loop passes a 1 x 1 mask for every step after
+the prefill. transformers 4.x read an all-ones mask as "no padding"; 5.x pads a short mask
+with zeros up to the cache's length, so each new speech token attended to the first prefill
+position only, not to the text or the tokens before it (tests/cosyvoice pins the hidden
+states against one forward over the whole sequence). The encoder's `forward_one_step` gets a
+mask of ones as long as the cache plus the new input; everything else is upstream's.
+
 `use_soundfile_loader(frontend_module)`: upstream's `load_wav` calls `torchaudio.load`, which
 in torchaudio >= 2.9 needs torchcodec and FFmpeg; the frontend's name `load_wav` is pointed at
 a loader that reads the WAV the adapter wrote with soundfile, mixes to mono and resamples
@@ -129,6 +137,27 @@ def guard_model(cosyvoice: Any) -> None:
 
     shared.tts = tts
     setattr(shared, _GUARDED, True)
+
+
+def attend_to_whole_history(cosyvoice: Any) -> bool:
+    """Give the LLM's decode steps a mask over the whole cache (module docstring). False
+    where the LLM is not upstream's Qwen2Encoder (CosyVoice 1) or was already fixed."""
+    encoder: Any = getattr(getattr(cosyvoice.model, "llm", None), "llm", None)
+    if type(encoder).__name__ != "Qwen2Encoder" or getattr(encoder, _GUARDED, False):
+        return False
+    upstream_step = encoder.forward_one_step
+
+    def forward_one_step(xs: Any, masks: Any, cache: Any = None) -> Any:
+        import torch
+
+        seen = cache.get_seq_length() if cache is not None else 0
+        whole = torch.ones(xs.shape[0], 1, seen + xs.shape[1], dtype=torch.bool,
+                           device=xs.device)
+        return upstream_step(xs, whole, cache)  # upstream reads whole[:, -1, :]
+
+    encoder.forward_one_step = forward_one_step
+    setattr(encoder, _GUARDED, True)
+    return True
 
 
 def _load_wav(wav: str, target_sr: int, min_sr: int = 16000) -> Any:

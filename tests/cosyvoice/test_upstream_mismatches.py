@@ -115,6 +115,32 @@ def test_oom_in_the_llm_thread_is_engine_out_of_memory(
     assert excepthook_calls == []
 
 
+def test_decode_steps_attend_to_the_whole_history(engine: CosyVoiceEngine) -> None:
+    """Upstream's decode loop, as its inference_wrapper calls the encoder: a prefill under a
+    causal mask, then one input a step under a 1 x 1 mask. Each step's hidden state is the one
+    a single forward over the whole sequence gives; under transformers 5 a step saw the first
+    prefill position only (hidden states off by about 0.06 in these tiny models)."""
+    encoder = engine._model.model.llm.llm
+    generator = torch.Generator().manual_seed(11)
+    width = engine._model.model.llm.llm_input_size
+    prefill = torch.randn(1, 12, width, generator=generator)
+    steps = torch.randn(1, 6, width, generator=generator)
+    with torch.inference_mode():
+        hidden, cache = encoder.forward_one_step(
+            prefill, masks=torch.tril(torch.ones(1, 12, 12)).to(torch.bool), cache=None)
+        stepped = [hidden[0, -1]]
+        for k in range(steps.shape[1]):
+            hidden, cache = encoder.forward_one_step(
+                steps[:, k:k + 1], masks=torch.ones(1, 1, 1, dtype=torch.bool), cache=cache)
+            stepped.append(hidden[0, -1])
+        sequence = torch.concat([prefill, steps], dim=1)
+        whole = encoder.model(inputs_embeds=sequence,
+                              attention_mask=torch.ones(1, sequence.shape[1], dtype=torch.bool),
+                              output_hidden_states=True, return_dict=True).hidden_states[-1]
+    for k, state in enumerate(stepped):
+        torch.testing.assert_close(state, whole[0, 11 + k], atol=1e-5, rtol=1e-4)
+
+
 # -- 6. dependencies ------------------------------------------------------------------------
 
 
