@@ -48,6 +48,8 @@ from pipeline.engines.base import (
     Synthesized,
     VoiceMeasures,
 )
+from pipeline.engines.cosyvoice_batch import batchable
+from pipeline.engines.cosyvoice_batch import speech as batched_speech
 from pipeline.engines.cosyvoice_prompts import (
     LANGUAGES_V2,
     LANGUAGES_V3,
@@ -117,6 +119,7 @@ class CosyVoiceEngine:
         self._sample_rate = 0
         self._slots: SpeakerSlots | None = None
         self._wav_prompts = True  # frontends since mid-2025 take a file, older ones a tensor
+        self._batch_llm = False  # a batch's texts share LLM steps (cosyvoice_batch)
 
     @classmethod
     def from_options(cls, options: EngineOptions) -> CosyVoiceEngine:
@@ -129,7 +132,7 @@ class CosyVoiceEngine:
         return Capabilities(
             languages=LANGUAGES_V3 if self._generation >= 3 else LANGUAGES_V2,
             modes=("zero_shot", "cross_lingual", "instruct"),
-            batching=False,  # every inference_* call takes one text
+            batching=self._batch_llm,  # a batch's texts share the LLM's steps once loaded
             streaming=True,  # synthesize_stream
             cloning="timbre + prosody from a 3-s reference (zero-shot speaker prompt)")
 
@@ -182,6 +185,11 @@ class CosyVoiceEngine:
         self._model, self._plan = model, plan
         self._generation, self._sample_rate = layout.generation, int(model.sample_rate)
         self._slots = SpeakerSlots(frontend.spk2info, self._speaker_slots)
+        llm = getattr(model.model, "llm", None)
+        self._batch_llm = batchable(llm)
+        if not self._batch_llm:
+            log.info("%s's LLM (%s) is not batched here: a batch's items run one by one",
+                     layout.class_name, type(llm).__name__)
 
     def _loaded(self) -> tuple[Any, DevicePlan, SpeakerSlots]:
         if self._model is None or self._plan is None or self._slots is None:
@@ -269,6 +277,8 @@ class CosyVoiceEngine:
         spk_id = speaker_id(profile.voice_id, profile.sha256)
         try:
             with slots.using(spk_id, lambda: self._on_device(profile.tensors)):
+                if len(batch) > 1 and self._batch_llm:
+                    return self._batched(model, plan, profile, spk_id, batch)
                 return [self._one(model, plan, profile, spk_id, item) for item in batch]
         finally:
             plan.after_batch()
@@ -346,6 +356,41 @@ class CosyVoiceEngine:
                                                 speed=item.speed))
         return Synthesized(audio=Audio(samples=samples, sample_rate=self._sample_rate),
                            language=call.language)
+
+    def _batched(self, model: Any, plan: DevicePlan, profile: Profile, spk_id: str,
+                 batch: list[SynthesisItem]) -> list[Synthesized]:
+        """The batch's texts through the LLM together (cosyvoice_batch), then each to audio.
+        A text of punctuation only is a pause here too, never a model row."""
+        calls = [self._plan_call(profile, item) for item in batch]
+        rate = self._sample_rate
+        spoken = [i for i, item in enumerate(batch)
+                  if not nothing_to_say(model_text(item.text, self._generation))]
+        samples = {i: _silence(rate) for i in range(len(batch)) if i not in spoken}
+        what = f"on a batch of {len(spoken)} items of voice {profile.voice_id!r}"
+        with _engine_errors(what), self._running(plan):
+            inputs = [self._model_input(model, spk_id, calls[i]) for i in spoken]
+            audio = batched_speech(model.model, inputs, [batch[i].speed for i in spoken])
+        for i, clip in zip(spoken, audio, strict=True):
+            samples[i] = _concatenate([{"tts_speech": clip}])
+        return [Synthesized(audio=Audio(samples=samples[i], sample_rate=rate),
+                            language=call.language) for i, call in enumerate(calls)]
+
+    @staticmethod
+    def _model_input(model: Any, spk_id: str, call: Call) -> dict[str, Any]:
+        """What upstream's inference_* hands model.tts for this call, from the frontend's
+        own functions (the text as given: text_frontend=False splits nothing)."""
+        frontend, rate = model.frontend, model.sample_rate
+        if call.mode == "zero_shot":
+            return dict(frontend.frontend_zero_shot(call.text, "", "", rate, spk_id))
+        if call.mode == "cross_lingual":
+            return dict(frontend.frontend_cross_lingual(call.text, "", rate, spk_id))
+        model_input = dict(frontend.frontend_instruct2(call.text, call.instruction, "", rate,
+                                                       spk_id))
+        # The speaker entry's prompt text is the transcript: the instruction replaces it, as
+        # _instruct's per-call entry does for the one-text path.
+        model_input["prompt_text"], model_input["prompt_text_len"] = \
+            frontend._extract_text_token(call.instruction)
+        return model_input
 
     def _chunks(self, model: Any, profile: Profile, spk_id: str, call: Call, *,
                 stream: bool, speed: float) -> Generator[Mapping[str, Any], None, None]:

@@ -19,8 +19,10 @@ transformers `masks[:, -1, :]`, and its decode loop passes a 1 x 1 mask for ever
 the prefill. transformers 4.x read an all-ones mask as "no padding"; 5.x pads a short mask
 with zeros up to the cache's length, so each new speech token attended to the first prefill
 position only, not to the text or the tokens before it (tests/cosyvoice pins the hidden
-states against one forward over the whole sequence). The encoder's `forward_one_step` gets a
-mask of ones as long as the cache plus the new input; everything else is upstream's.
+states against one forward over the whole sequence). The encoder's `forward_one_step` is
+replaced: the same step with a mask of ones over the cache plus the new input, through the
+Qwen2 body only, since upstream kept the last hidden state and dropped the text-vocabulary
+logits the whole Qwen2ForCausalLM computed (151,936 ids a position).
 
 `use_soundfile_loader(frontend_module)`: upstream's `load_wav` calls `torchaudio.load`, which
 in torchaudio >= 2.9 needs torchcodec and FFmpeg; the frontend's name `load_wav` is pointed at
@@ -140,20 +142,22 @@ def guard_model(cosyvoice: Any) -> None:
 
 
 def attend_to_whole_history(cosyvoice: Any) -> bool:
-    """Give the LLM's decode steps a mask over the whole cache (module docstring). False
+    """Give the LLM's decode steps a mask over the whole cache and no unused vocabulary
+    head (module docstring). False
     where the LLM is not upstream's Qwen2Encoder (CosyVoice 1) or was already fixed."""
     encoder: Any = getattr(getattr(cosyvoice.model, "llm", None), "llm", None)
     if type(encoder).__name__ != "Qwen2Encoder" or getattr(encoder, _GUARDED, False):
         return False
-    upstream_step = encoder.forward_one_step
+    body = encoder.model.model  # Qwen2ForCausalLM's Qwen2Model
 
     def forward_one_step(xs: Any, masks: Any, cache: Any = None) -> Any:
         import torch
 
         seen = cache.get_seq_length() if cache is not None else 0
-        whole = torch.ones(xs.shape[0], 1, seen + xs.shape[1], dtype=torch.bool,
-                           device=xs.device)
-        return upstream_step(xs, whole, cache)  # upstream reads whole[:, -1, :]
+        whole = torch.ones(xs.shape[0], seen + xs.shape[1], dtype=torch.bool, device=xs.device)
+        out = body(inputs_embeds=xs, attention_mask=whole, past_key_values=cache,
+                   use_cache=True, return_dict=True)
+        return out.last_hidden_state, out.past_key_values
 
     encoder.forward_one_step = forward_one_step
     setattr(encoder, _GUARDED, True)

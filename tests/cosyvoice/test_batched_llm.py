@@ -1,0 +1,127 @@
+"""A batch of one voice's items through the LLM together (cosyvoice_batch), against the same
+items one by one through upstream's own path, with the real code and tiny models on CPU.
+
+The tiny models' sampler draws at random; these tests swap in a greedy one (argmax over the
+speech tokens, a stop id once upstream allows it) so both paths must pick the same tokens.
+HiFT's noise is seeded, and both paths draw it in the same order (one item after another).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.audio import Audio
+from pipeline.engines.base import EngineOutOfMemory, SynthesisItem
+from pipeline.engines.cosyvoice import CosyVoiceEngine
+from tests.cosyvoice.conftest import make_profile
+from tests.cosyvoice.tiny_models import SPEECH_TOKENS
+from topics.errors import ErrorCode, VoiceFactoryError
+
+pytestmark = [pytest.mark.cosyvoice,
+              pytest.mark.filterwarnings("ignore:.*deprecated.*:FutureWarning")]
+
+ITEMS = [SynthesisItem(text="今天天气很好，我们去公园散步吧。", language="zh", speed=1.0),
+         SynthesisItem(text="Hello there, how are you today?", language="en", speed=1.0),
+         SynthesisItem(text="好。", language="zh", speed=1.25),
+         SynthesisItem(text="……", language="zh", speed=1.0),  # a pause: no LLM row
+         SynthesisItem(text="?!", language="en", speed=1.0),  # v3 prefixes a system prompt
+         SynthesisItem(text="慢慢说。", language="zh", speed=1.0, instruct="用开心的语气说")]
+
+
+def greedy(scores: Any, decoded: list[int], sampling: int) -> int:
+    if scores[SPEECH_TOKENS].item() != float("-inf"):  # upstream lets it stop here
+        return SPEECH_TOKENS + 1
+    return int(scores[:SPEECH_TOKENS].argmax())
+
+
+class Recorder:
+    """Counts the LLM's forward passes and keeps the tokens each token2wav call got."""
+
+    def __init__(self, engine: CosyVoiceEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.forwards = 0
+        self.tokens: list[list[int]] = []
+        shared = engine._model.model
+        monkeypatch.setattr(shared.llm, "sampling", greedy)
+        body = shared.llm.llm.model.model  # what both paths run a step through
+        forward, token2wav = body.forward, shared.token2wav
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.forwards += 1
+            return forward(*args, **kwargs)
+
+        def recording(**kwargs: Any) -> Any:
+            self.tokens.append(kwargs["token"].flatten().tolist())
+            return token2wav(**kwargs)
+
+        monkeypatch.setattr(body, "forward", counting)
+        monkeypatch.setattr(shared, "token2wav", recording)
+
+    def take(self) -> tuple[int, list[list[int]]]:
+        taken = self.forwards, self.tokens
+        self.forwards, self.tokens = 0, []
+        return taken
+
+
+def one_by_one(engine: CosyVoiceEngine, profile: Any) -> list[Audio]:
+    torch.manual_seed(5)
+    return [engine.synthesize(profile, [item])[0].audio for item in ITEMS]
+
+
+def test_a_batch_gives_each_item_what_it_gets_alone(
+        engine: CosyVoiceEngine, reference: Audio, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = make_profile(engine, reference, voice_id="batched")
+    recorder = Recorder(engine, monkeypatch)
+    alone = one_by_one(engine, profile)
+    forwards_alone, tokens_alone = recorder.take()
+    torch.manual_seed(5)
+    together = [s.audio for s in engine.synthesize(profile, ITEMS)]
+    forwards_together, tokens_together = recorder.take()
+
+    assert tokens_together == tokens_alone and len(tokens_alone) == 4  # the pause has none
+    for a, b in zip(alone, together, strict=True):
+        assert a.sample_rate == b.sample_rate
+        np.testing.assert_allclose(b.samples, a.samples, atol=1e-5)
+    # One forward a step for the whole batch: the longest row's tokens plus its stop step,
+    # against every row's tokens and stop steps one after another.
+    lengths = [len(t) for t in tokens_alone]
+    assert forwards_alone == sum(n + 1 for n in lengths)
+    assert forwards_together == max(lengths) + 1
+
+
+def test_engine_says_it_batches_once_loaded(engine: CosyVoiceEngine) -> None:
+    assert engine.capabilities.batching
+
+
+def test_oom_in_a_batched_step_is_engine_out_of_memory(
+        engine: CosyVoiceEngine, reference: Audio, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = make_profile(engine, reference, voice_id="batched-oom")
+    body = engine._model.model.llm.llm.model.model
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+
+    monkeypatch.setattr(body, "forward", out_of_memory)
+    with pytest.raises(EngineOutOfMemory, match="CUDA out of memory"):
+        engine.synthesize(profile, ITEMS[:2])
+    assert not engine._model.model.hift_cache_dict  # nothing left behind
+
+
+def test_a_failing_batch_names_the_voice_and_leaves_no_state(
+        engine: CosyVoiceEngine, reference: Audio, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = make_profile(engine, reference, voice_id="batched-fails")
+    shared = engine._model.model
+
+    def broken(**kwargs: Any) -> Any:
+        raise RuntimeError("flow broke")
+
+    monkeypatch.setattr(shared, "token2wav", broken)
+    with pytest.raises(VoiceFactoryError) as caught:
+        engine.synthesize(profile, ITEMS[:2])
+    assert caught.value.code is ErrorCode.ENGINE_ERROR and caught.value.retryable
+    assert "batch of 2 items of voice 'batched-fails'" in caught.value.message
+    assert "RuntimeError: flow broke" in caught.value.message
+    assert not shared.hift_cache_dict
