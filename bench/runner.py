@@ -29,6 +29,7 @@ from bench import (
     cache,
     capacity,
     consent,
+    decode,
     faults,
     fuzz,
     lanes,
@@ -52,6 +53,7 @@ BENCHES: dict[str, ModuleType] = {
     "batching": batching, "memory": memory, "faults": faults,
     "fuzz": fuzz,  # generated records on every topic a worker or the aggregator reads (24)
     "consent": consent,  # issue 21: the consent threshold's FAR/FRR (espeak-ng speakers)
+    "decode": decode,  # CosyVoice's LLM stepping several texts at once (no Kafka or S3)
     "lanes": lanes,
     "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
     "peers": peers,  # last: it starts eight processes of its own
