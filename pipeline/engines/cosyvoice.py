@@ -8,13 +8,16 @@ load(): VF_COSYVOICE_MODEL_DIR checked, the package imported from VF_COSYVOICE_S
 profile(reference, prompt_text): reference -> temporary WAV -> model.add_zero_shot_spk
   (speech tokens, mel features, CAM++ embedding: what frontend_zero_shot computes) ->
   numpy `Profile.tensors`, persisted by the profile tier as safetensors.
-synthesize(profile, batch): profile tensors -> torch on the model's device -> the frontend's
-  zero-shot speaker cache (cosyvoice_speakers) under an id derived from voice_id + sha256, so
-  the model never recomputes prompt features -> per item, cosyvoice_prompts.plan_call picks
-  inference_zero_shot / inference_cross_lingual / inference_instruct2 (stream=False, the
-  request's speed, text_frontend=False: our front-end has normalised and split the text) ->
-  the generator's chunks concatenated -> Audio at model.sample_rate. A sentence of
-  punctuation only is a short silence, never a model call.
+synthesize_voices([(profile, item), ...]) (synthesize(profile, items) is the one-voice case;
+  the engine is a `VoiceMixer`): each voice's profile tensors -> torch on the model's device
+  -> the frontend's zero-shot speaker cache (cosyvoice_speakers) under an id derived from
+  voice_id + sha256, held for the call, so the model never recomputes prompt features -> per
+  item, cosyvoice_prompts.plan_call picks zero-shot / cross-lingual / instruct2 -> two or more
+  items: upstream's frontend_* model inputs -> cosyvoice_batch (the texts through the LLM
+  together, then token2wav each at its speed); one item (or an LLM the batch path cannot
+  drive): upstream's inference_* (stream=False, text_frontend=False: our front-end has
+  normalised and split the text), its chunks concatenated -> Audio at model.sample_rate. A
+  sentence of punctuation only is a short silence, never a model row.
 synthesize_stream(profile, item): the same call with stream=True, one `Audio` a chunk; at a
   speed other than 1.0 (upstream's is for whole clips) the item comes whole as one chunk.
 Out-of-memory errors, in the caller's thread or upstream's LLM thread, become
@@ -26,6 +29,7 @@ so instruct calls get a per-call copy of the speaker entry prompted with the ins
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import logging
@@ -272,14 +276,26 @@ class CosyVoiceEngine:
     # -- synthesis ------------------------------------------------------------------------
 
     def synthesize(self, profile: Profile, batch: list[SynthesisItem]) -> list[Synthesized]:
+        return self.synthesize_voices([(profile, item) for item in batch])
+
+    def synthesize_voices(self, batch: list[tuple[Profile, SynthesisItem]]
+                          ) -> list[Synthesized]:
+        """Items of any voices in one call (a `VoiceMixer`): each voice's speaker entry held
+        for the call, the texts through the LLM together whatever their voice."""
         model, plan, slots = self._loaded()
-        self._check_profile(profile)
-        spk_id = speaker_id(profile.voice_id, profile.sha256)
+        voices: dict[str, Profile] = {}
+        for profile, _ in batch:
+            self._check_profile(profile)
+            voices.setdefault(_speaker(profile), profile)
         try:
-            with slots.using(spk_id, lambda: self._on_device(profile.tensors)):
+            with contextlib.ExitStack() as held:
+                for spk_id, profile in voices.items():
+                    held.enter_context(slots.using(
+                        spk_id, functools.partial(self._on_device, profile.tensors)))
                 if len(batch) > 1 and self._batch_llm:
-                    return self._batched(model, plan, profile, spk_id, batch)
-                return [self._one(model, plan, profile, spk_id, item) for item in batch]
+                    return self._batched(model, plan, batch)
+                return [self._one(model, plan, profile, _speaker(profile), item)
+                        for profile, item in batch]
         finally:
             plan.after_batch()
 
@@ -299,7 +315,7 @@ class CosyVoiceEngine:
         if nothing_to_say(model_text(item.text, self._generation)):
             yield Audio(samples=_silence(rate), sample_rate=rate)
             return
-        spk_id = speaker_id(profile.voice_id, profile.sha256)
+        spk_id = _speaker(profile)
         what = f"streaming a {call.mode} item of voice {profile.voice_id!r}"
         try:
             with slots.using(spk_id, lambda: self._on_device(profile.tensors)):
@@ -357,19 +373,23 @@ class CosyVoiceEngine:
         return Synthesized(audio=Audio(samples=samples, sample_rate=self._sample_rate),
                            language=call.language)
 
-    def _batched(self, model: Any, plan: DevicePlan, profile: Profile, spk_id: str,
-                 batch: list[SynthesisItem]) -> list[Synthesized]:
+    def _batched(self, model: Any, plan: DevicePlan,
+                 batch: list[tuple[Profile, SynthesisItem]]) -> list[Synthesized]:
         """The batch's texts through the LLM together (cosyvoice_batch), then each to audio.
         A text of punctuation only is a pause here too, never a model row."""
-        calls = [self._plan_call(profile, item) for item in batch]
+        calls = [self._plan_call(profile, item) for profile, item in batch]
         rate = self._sample_rate
-        spoken = [i for i, item in enumerate(batch)
+        spoken = [i for i, (_, item) in enumerate(batch)
                   if not nothing_to_say(model_text(item.text, self._generation))]
         samples = {i: _silence(rate) for i in range(len(batch)) if i not in spoken}
-        what = f"on a batch of {len(spoken)} items of voice {profile.voice_id!r}"
-        with _engine_errors(what), self._running(plan):
-            inputs = [self._model_input(model, spk_id, calls[i]) for i in spoken]
-            audio = batched_speech(model.model, inputs, [batch[i].speed for i in spoken])
+        names = sorted({profile.voice_id for profile, _ in batch})
+        whose = f"voice {names[0]!r}" if len(names) == 1 else \
+            "voices " + ", ".join(repr(n) for n in names)
+        with _engine_errors(f"on a batch of {len(spoken)} items of {whose}"), \
+                self._running(plan):
+            inputs = [self._model_input(model, _speaker(batch[i][0]), calls[i])
+                      for i in spoken]
+            audio = batched_speech(model.model, inputs, [batch[i][1].speed for i in spoken])
         for i, clip in zip(spoken, audio, strict=True):
             samples[i] = _concatenate([{"tts_speech": clip}])
         return [Synthesized(audio=Audio(samples=samples[i], sample_rate=rate),
@@ -423,6 +443,10 @@ class CosyVoiceEngine:
                                                  zero_shot_spk_id=call_id, **options)
         finally:
             table.pop(call_id, None)
+
+
+def _speaker(profile: Profile) -> str:
+    return speaker_id(profile.voice_id, profile.sha256)
 
 
 def _to_numpy(value: Any) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""A batch of one voice's items through the LLM together (cosyvoice_batch), against the same
-items one by one through upstream's own path, with the real code and tiny models on CPU.
+"""A batch of items, of one voice or mixed, through the LLM together (cosyvoice_batch),
+against the same items one by one through upstream's own path, with the real code and tiny
+models on CPU.
 
 The tiny models' sampler draws at random; these tests swap in a greedy one (argmax over the
 speech tokens, a stop id once upstream allows it) so both paths must pick the same tokens.
@@ -15,9 +16,9 @@ import pytest
 import torch
 
 from pipeline.audio import Audio
-from pipeline.engines.base import EngineOutOfMemory, SynthesisItem
+from pipeline.engines.base import EngineOutOfMemory, SynthesisItem, VoiceMixer
 from pipeline.engines.cosyvoice import CosyVoiceEngine
-from tests.cosyvoice.conftest import make_profile
+from tests.cosyvoice.conftest import make_profile, reference_clip
 from tests.cosyvoice.tiny_models import SPEECH_TOKENS
 from topics.errors import ErrorCode, VoiceFactoryError
 
@@ -90,6 +91,32 @@ def test_a_batch_gives_each_item_what_it_gets_alone(
     lengths = [len(t) for t in tokens_alone]
     assert forwards_alone == sum(n + 1 for n in lengths)
     assert forwards_together == max(lengths) + 1
+
+
+def test_voices_mixed_in_a_batch_each_sound_as_alone(
+        engine: CosyVoiceEngine, reference: Audio, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = make_profile(engine, reference, voice_id="mixed-a")
+    second = make_profile(engine, reference_clip(5.0), voice_id="mixed-b",
+                          transcript="Nice to meet you, my friend.")
+    assert not np.array_equal(first.tensors["flow_embedding"],
+                              second.tensors["flow_embedding"])
+    pairs = [(first, ITEMS[0]), (second, ITEMS[1]), (first, ITEMS[2]), (second, ITEMS[0]),
+             (second, ITEMS[5])]
+    recorder = Recorder(engine, monkeypatch)
+    torch.manual_seed(9)
+    alone = [engine.synthesize(profile, [item])[0].audio for profile, item in pairs]
+    forwards_alone, tokens_alone = recorder.take()
+    torch.manual_seed(9)
+    mixed = [s.audio for s in engine.synthesize_voices(pairs)]
+    forwards_mixed, tokens_mixed = recorder.take()
+
+    assert isinstance(engine, VoiceMixer)
+    assert tokens_mixed == tokens_alone
+    for a, b in zip(alone, mixed, strict=True):
+        np.testing.assert_allclose(b.samples, a.samples, atol=1e-5)
+    assert forwards_mixed == max(len(t) for t in tokens_alone) + 1 < forwards_alone
+    # The same text in two voices: the voice, not only the text, reached the LLM.
+    assert tokens_alone[0] != tokens_alone[3]
 
 
 def test_engine_says_it_batches_once_loaded(engine: CosyVoiceEngine) -> None:
