@@ -8,7 +8,9 @@ What CI cannot see on its CPU: tiny random-weight CosyVoice 2 and 3 folders
      with plain onnxruntime it falls back to the CPU, reported as a failure);
   3. a real CUDA out-of-memory raised in upstream's LLM thread reaches the caller as
      EngineOutOfMemory, and the model's per-call state is cleaned up;
-  4. a streamed request yields float32 chunks.
+  4. a streamed request yields float32 chunks;
+  5. a batch of three items (cosyvoice_batch: the LLM steps them together in the caller's
+     thread) gives finite float32 audio, its LLM steps under autocast.
 Results: one JSON object on stdout and in $OUT/cosyvoice_gpu.json if OUT is set; exit 0 when
 every check passed. `--device cpu` runs the same path in fp32 on a CPU (the OOM is then
 raised by hand, the CUDA-only checks are skipped), to try the script itself.
@@ -80,7 +82,8 @@ def check_generation(generation: int, root: Path, source: str, device: str) -> d
                              measures=VoiceMeasures(np.zeros(256, np.float32)))
     llm_seen: list[tuple[str, bool]] = []
     hift_seen: list[tuple[str, bool]] = []
-    hook = _autocast_probe(model.model.llm.llm.model, llm_seen)
+    body = model.model.llm.llm.model.model  # the Qwen2 body every decode step runs through
+    hook = _autocast_probe(body, llm_seen)
     hift = model.model.hift
     vocode = hift.inference
 
@@ -109,6 +112,17 @@ def check_generation(generation: int, root: Path, source: str, device: str) -> d
     chunks = list(engine.synthesize_stream(profile, item))
     result["stream_ok"] = bool(chunks) and all(c.samples.dtype == np.float32
                                                 and c.sample_rate == 24000 for c in chunks)
+    batch_seen: list[tuple[str, bool]] = []
+    hook = _autocast_probe(body, batch_seen)
+    other = SynthesisItem(text="Nice to meet you.", language="en", speed=1.0)
+    try:  # the batched decode runs in the caller's thread, under upstream's fp16 switch
+        outs = engine.synthesize(profile, [item, other, item])
+    finally:
+        hook.remove()
+    result["batch_ok"] = len(outs) == 3 and all(
+        o.audio.samples.dtype == np.float32 and np.isfinite(o.audio.samples).all()
+        and len(o.audio.samples) > 0 for o in outs)
+    result["batch_autocast"] = sorted({on for _, on in batch_seen})
 
     def exhaust_memory(**kwargs: Any) -> Any:
         if cuda:  # a real allocation failure on the device, inside upstream's LLM thread
@@ -131,6 +145,7 @@ def check_generation(generation: int, root: Path, source: str, device: str) -> d
     checks = {
         "audio": result["audio_ok"],
         "stream": result["stream_ok"],
+        "batch": result["batch_ok"],
         "llm_oom": result["llm_oom"].startswith("EngineOutOfMemory"),
         "state_clean": result["state_clean"],
     }
@@ -138,6 +153,7 @@ def check_generation(generation: int, root: Path, source: str, device: str) -> d
         checks |= {
             "fp16_switch": result["fp16_switch"],
             "llm_thread_autocast": result["llm_thread_autocast"] == [True],
+            "batch_autocast": result["batch_autocast"] == [True],
             "hift_fp32": result["hift_dtype"] == "torch.float32",
             "onnx_cuda": "CUDAExecutionProvider" in result["providers"],
         }
