@@ -9,8 +9,9 @@ What CI cannot see on its CPU: tiny random-weight CosyVoice 2 and 3 folders
   3. a real CUDA out-of-memory raised in upstream's LLM thread reaches the caller as
      EngineOutOfMemory, and the model's per-call state is cleaned up;
   4. a streamed request yields float32 chunks;
-  5. a batch of three items (cosyvoice_batch: the LLM steps them together in the caller's
-     thread) gives finite float32 audio, its LLM steps under autocast.
+  5. a batch of three items (cosyvoice_batch and cosyvoice_flow: the LLM and the flow step
+     them together in the caller's thread) gives finite float32 audio, its LLM steps under
+     autocast.
 Results: one JSON object on stdout and in $OUT/cosyvoice_gpu.json if OUT is set; exit 0 when
 every check passed. `--device cpu` runs the same path in fp32 on a CPU (the OOM is then
 raised by hand, the CUDA-only checks are skipped), to try the script itself.

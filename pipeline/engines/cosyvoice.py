@@ -14,10 +14,11 @@ synthesize_voices([(profile, item), ...]) (synthesize(profile, items) is the one
   voice_id + sha256, held for the call, so the model never recomputes prompt features -> per
   item, cosyvoice_prompts.plan_call picks zero-shot / cross-lingual / instruct2 -> two or more
   items: upstream's frontend_* model inputs -> cosyvoice_batch (the texts through the LLM
-  together, then token2wav each at its speed); one item (or an LLM the batch path cannot
-  drive): upstream's inference_* (stream=False, text_frontend=False: our front-end has
-  normalised and split the text), its chunks concatenated -> Audio at model.sample_rate. A
-  sentence of punctuation only is a short silence, never a model row.
+  together, then cosyvoice_flow: the flow's Euler steps together, HiFT each at its speed);
+  one item (or an LLM the batch path cannot drive): upstream's inference_* (stream=False,
+  text_frontend=False: our front-end has normalised and split the text), its chunks
+  concatenated -> Audio at model.sample_rate. A sentence of punctuation only is a short
+  silence, never a model row.
 synthesize_stream(profile, item): the same call with stream=True, one `Audio` a chunk; at a
   speed other than 1.0 (upstream's is for whole clips) the item comes whole as one chunk.
 Out-of-memory errors, in the caller's thread or upstream's LLM thread, become

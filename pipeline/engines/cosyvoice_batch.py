@@ -17,8 +17,9 @@ here, then turns each item's tokens into audio with upstream's own `token2wav`:
        stop id or its max_len, the call when every row has
     -> drop_long_silences(): what upstream's llm_job keeps of a row (at most 5 silent tokens
        in a row, CosyVoice 3's FSQ silence ids)
-    -> speech(): each row through upstream's token2wav (flow matching, HiFT), one at a time,
-       under a uuid of its own in the model's per-call tables, at the item's speed.
+    -> speech(): the rows through flow matching together (cosyvoice_flow), then each through
+       HiFT at its item's speed; where the flow cannot take a batch (a TensorRT estimator),
+       each row through upstream's token2wav under a uuid of its own.
 
 A finished row goes on being fed (its outputs unread): rows never attend to each other, so
 that changes nothing for the others and keeps the cache one rectangle. `batchable()` says
@@ -28,11 +29,12 @@ keeps the one-text path.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pipeline.engines import cosyvoice_flow
 
 MAX_SILENT_RUN = 5  # upstream's llm_job keeps at most this many silent tokens in a row
 SAMPLING_TOP_K = 25  # upstream's Qwen2LM.inference default, which its tts() never changes
@@ -139,24 +141,20 @@ def speech(cosyvoice_model: Any, model_inputs: Sequence[Mapping[str, Any]],
            speeds: Sequence[float], sampling: int = SAMPLING_TOP_K) -> list[Any]:
     """Each model input's audio, [1, samples] on the CPU: the LLM batched, token2wav each.
     `cosyvoice_model` is upstream's CosyVoice2Model / CosyVoice3Model (`CosyVoice2.model`)."""
-    llm = cosyvoice_model.llm
-    with _llm_precision(cosyvoice_model):
+    llm, flow = cosyvoice_model.llm, cosyvoice_model.flow
+    with cosyvoice_flow.upstream_autocast(cosyvoice_model):
         rows = decode(llm, [lm_input(llm, x, cosyvoice_model.device) for x in model_inputs],
                       sampling)
     silent = getattr(cosyvoice_model, "silent_tokens", [])
-    return [_token2wav(cosyvoice_model, x, drop_long_silences(row, silent), speed)
-            for x, row, speed in zip(model_inputs, rows, speeds, strict=True)]
-
-
-@contextlib.contextmanager
-def _llm_precision(cosyvoice_model: Any) -> Iterator[None]:
-    # What upstream's llm_job runs its LLM under: autocast when the model was loaded fp16.
-    import torch
-
-    device = cosyvoice_model.device
-    enabled = bool(cosyvoice_model.fp16) and getattr(device, "type", str(device)) == "cuda"
-    with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=enabled):
-        yield
+    rows = [drop_long_silences(row, silent) for row in rows]
+    if not cosyvoice_flow.batchable(flow) or not all(rows):
+        # An empty row fails in token2wav as it does upstream: an engine error, not a clip.
+        return [_token2wav(cosyvoice_model, x, row, speed)
+                for x, row, speed in zip(model_inputs, rows, speeds, strict=True)]
+    with cosyvoice_flow.upstream_autocast(cosyvoice_model):  # token2wav's autocast around the flow
+        mels = cosyvoice_flow.mel(flow, rows, model_inputs, cosyvoice_model.device)
+    return [cosyvoice_flow.vocode(cosyvoice_model, m, speed).cpu()
+            for m, speed in zip(mels, speeds, strict=True)]
 
 
 def _token2wav(cosyvoice_model: Any, model_input: Mapping[str, Any], tokens: list[int],

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from pipeline.audio import Audio
+from pipeline.engines import cosyvoice_flow
 from pipeline.engines.base import EngineOutOfMemory, SynthesisItem, VoiceMixer
 from pipeline.engines.cosyvoice import CosyVoiceEngine
 from tests.cosyvoice.conftest import make_profile, reference_clip
@@ -40,7 +41,8 @@ def greedy(scores: Any, decoded: list[int], sampling: int) -> int:
 
 
 class Recorder:
-    """Counts the LLM's forward passes and keeps the tokens each token2wav call got."""
+    """Counts the LLM's forward passes and keeps the tokens that reached the flow, through
+    token2wav (one row) or the batched flow (several)."""
 
     def __init__(self, engine: CosyVoiceEngine, monkeypatch: pytest.MonkeyPatch) -> None:
         self.forwards = 0
@@ -58,8 +60,15 @@ class Recorder:
             self.tokens.append(kwargs["token"].flatten().tolist())
             return token2wav(**kwargs)
 
+        mel = cosyvoice_flow.mel
+
+        def recording_mel(flow: Any, rows: list[list[int]], *args: Any) -> Any:
+            self.tokens.extend(list(row) for row in rows)
+            return mel(flow, rows, *args)
+
         monkeypatch.setattr(body, "forward", counting)
         monkeypatch.setattr(shared, "token2wav", recording)
+        monkeypatch.setattr(cosyvoice_flow, "mel", recording_mel)
 
     def take(self) -> tuple[int, list[list[int]]]:
         taken = self.forwards, self.tokens
@@ -72,9 +81,14 @@ def one_by_one(engine: CosyVoiceEngine, profile: Any) -> list[Audio]:
     return [engine.synthesize(profile, [item])[0].audio for item in ITEMS]
 
 
+@pytest.mark.parametrize("flow_batched", [True, False], ids=["flow-batched", "token2wav"])
 def test_a_batch_gives_each_item_what_it_gets_alone(
-        engine: CosyVoiceEngine, reference: Audio, monkeypatch: pytest.MonkeyPatch) -> None:
+        engine: CosyVoiceEngine, reference: Audio, monkeypatch: pytest.MonkeyPatch,
+        flow_batched: bool) -> None:
     profile = make_profile(engine, reference, voice_id="batched")
+    assert cosyvoice_flow.batchable(engine._model.model.flow)
+    if not flow_batched:  # as with a TensorRT estimator: each row through token2wav
+        monkeypatch.setattr(cosyvoice_flow, "batchable", lambda flow: False)
     recorder = Recorder(engine, monkeypatch)
     alone = one_by_one(engine, profile)
     forwards_alone, tokens_alone = recorder.take()
@@ -82,7 +96,7 @@ def test_a_batch_gives_each_item_what_it_gets_alone(
     together = [s.audio for s in engine.synthesize(profile, ITEMS)]
     forwards_together, tokens_together = recorder.take()
 
-    assert tokens_together == tokens_alone and len(tokens_alone) == 4  # the pause has none
+    assert tokens_together == tokens_alone and len(tokens_alone) == 4  # pauses have none
     for a, b in zip(alone, together, strict=True):
         assert a.sample_rate == b.sample_rate
         np.testing.assert_allclose(b.samples, a.samples, atol=1e-5)
@@ -119,6 +133,35 @@ def test_voices_mixed_in_a_batch_each_sound_as_alone(
     assert tokens_alone[0] != tokens_alone[3]
 
 
+def test_flow_rows_together_match_upstreams_one_row_mel(
+        engine: CosyVoiceEngine, reference: Audio) -> None:
+    """Rows of different lengths and prompts (two voices) through the flow together: each
+    row's mel is what upstream's flow.inference gives that row alone."""
+    first = make_profile(engine, reference, voice_id="flow-a")
+    second = make_profile(engine, reference_clip(5.0), voice_id="flow-b",
+                          transcript="Nice to meet you, my friend.")
+    shared = engine._model.model
+    inputs = [engine._on_device(p.tensors) for p in (first, second, first)]
+    generator = torch.Generator().manual_seed(4)
+    rows = [torch.randint(0, SPEECH_TOKENS, (n,), generator=generator).tolist()
+            for n in (37, 12, 60)]
+    with torch.inference_mode():
+        together = cosyvoice_flow.mel(shared.flow, rows, inputs, "cpu")
+        for row, x, mel in zip(rows, inputs, together, strict=True):
+            alone, _ = shared.flow.inference(
+                token=torch.tensor([row], dtype=torch.int32),
+                token_len=torch.tensor([len(row)], dtype=torch.int32),
+                prompt_token=x["flow_prompt_speech_token"],
+                prompt_token_len=torch.tensor([x["flow_prompt_speech_token"].shape[1]],
+                                              dtype=torch.int32),
+                prompt_feat=x["prompt_speech_feat"],
+                prompt_feat_len=torch.tensor([x["prompt_speech_feat"].shape[1]],
+                                             dtype=torch.int32),
+                embedding=x["flow_embedding"], streaming=False, finalize=True)
+            assert mel.shape == alone.shape == (1, 80, 2 * len(row))
+            torch.testing.assert_close(mel, alone, atol=1e-4, rtol=1e-4)
+
+
 def test_engine_says_it_batches_once_loaded(engine: CosyVoiceEngine) -> None:
     assert engine.capabilities.batching
 
@@ -142,13 +185,13 @@ def test_a_failing_batch_names_the_voice_and_leaves_no_state(
     profile = make_profile(engine, reference, voice_id="batched-fails")
     shared = engine._model.model
 
-    def broken(**kwargs: Any) -> Any:
-        raise RuntimeError("flow broke")
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("HiFT broke")
 
-    monkeypatch.setattr(shared, "token2wav", broken)
+    monkeypatch.setattr(shared.hift, "inference", broken)
     with pytest.raises(VoiceFactoryError) as caught:
         engine.synthesize(profile, ITEMS[:2])
     assert caught.value.code is ErrorCode.ENGINE_ERROR and caught.value.retryable
     assert "batch of 2 items of voice 'batched-fails'" in caught.value.message
-    assert "RuntimeError: flow broke" in caught.value.message
+    assert "RuntimeError: HiFT broke" in caught.value.message
     assert not shared.hift_cache_dict

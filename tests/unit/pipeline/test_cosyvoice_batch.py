@@ -1,10 +1,13 @@
-"""cosyvoice_batch's pure parts: which LLMs it drives and what it keeps of a row of tokens.
+"""cosyvoice_batch's and cosyvoice_flow's pure parts: which LLMs and flows they drive, and what
+is kept of a row of tokens.
+
 The decode itself runs against upstream's real code in tests/cosyvoice/test_batched_llm.py."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+from pipeline.engines import cosyvoice_flow
 from pipeline.engines.cosyvoice_batch import MAX_SILENT_RUN, batchable, drop_long_silences
 
 
@@ -44,3 +47,32 @@ def test_runs_of_silence_are_cut_after_the_limit() -> None:
 def test_no_silent_ids_keeps_every_token() -> None:
     assert drop_long_silences([1, 1, 1, 1, 1, 1, 1], []) == [1] * 7
     assert drop_long_silences([], [1]) == []
+
+
+class CausalConditionalCFM:
+    def __init__(self, estimator: object) -> None:
+        self.estimator = estimator
+
+
+class CausalMaskedDiffWithXvec:  # CosyVoice 2's flow
+    def __init__(self, estimator: object) -> None:
+        self.decoder = CausalConditionalCFM(estimator)
+
+
+class CausalMaskedDiffWithDiT(CausalMaskedDiffWithXvec):  # CosyVoice 3's
+    pass
+
+
+class MaskedDiffWithXvec(CausalMaskedDiffWithXvec):  # CosyVoice 1's
+    pass
+
+
+def test_batchable_flows() -> None:
+    import torch
+
+    module = torch.nn.Linear(1, 1)
+    assert cosyvoice_flow.batchable(CausalMaskedDiffWithXvec(module))
+    assert cosyvoice_flow.batchable(CausalMaskedDiffWithDiT(module))
+    assert not cosyvoice_flow.batchable(MaskedDiffWithXvec(module))
+    # A TensorRT estimator is built for batches of two rows: each row through token2wav.
+    assert not cosyvoice_flow.batchable(CausalMaskedDiffWithXvec(object()))
