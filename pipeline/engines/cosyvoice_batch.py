@@ -139,7 +139,8 @@ def decode(llm: Any, inputs: Sequence[LmInput], sampling: int = SAMPLING_TOP_K
 
 def speech(cosyvoice_model: Any, model_inputs: Sequence[Mapping[str, Any]],
            speeds: Sequence[float], sampling: int = SAMPLING_TOP_K) -> list[Any]:
-    """Each model input's audio, [1, samples] on the CPU: the LLM batched, token2wav each.
+    """Each model input's audio, [1, samples] on the CPU: the LLM and the flow's Euler steps
+    batched, HiFT for each (token2wav for each where the flow cannot take a batch).
     `cosyvoice_model` is upstream's CosyVoice2Model / CosyVoice3Model (`CosyVoice2.model`)."""
     llm, flow = cosyvoice_model.llm, cosyvoice_model.flow
     with cosyvoice_flow.upstream_autocast(cosyvoice_model):
