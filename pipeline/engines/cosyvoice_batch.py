@@ -142,6 +142,8 @@ def speech(cosyvoice_model: Any, model_inputs: Sequence[Mapping[str, Any]],
     """Each model input's audio, [1, samples] on the CPU: the LLM and the flow's Euler steps
     batched, HiFT for each (token2wav for each where the flow cannot take a batch).
     `cosyvoice_model` is upstream's CosyVoice2Model / CosyVoice3Model (`CosyVoice2.model`)."""
+    if not model_inputs:  # a batch of pauses only: nothing for the model
+        return []
     llm, flow = cosyvoice_model.llm, cosyvoice_model.flow
     with cosyvoice_flow.upstream_autocast(cosyvoice_model):
         rows = decode(llm, [lm_input(llm, x, cosyvoice_model.device) for x in model_inputs],
