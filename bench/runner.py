@@ -31,6 +31,7 @@ from bench import (
     consent,
     decode,
     faults,
+    flow,
     fuzz,
     lanes,
     memory,
@@ -54,6 +55,7 @@ BENCHES: dict[str, ModuleType] = {
     "fuzz": fuzz,  # generated records on every topic a worker or the aggregator reads (24)
     "consent": consent,  # issue 21: the consent threshold's FAR/FRR (espeak-ng speakers)
     "decode": decode,  # CosyVoice's LLM stepping several texts at once (no Kafka or S3)
+    "flow": flow,  # CosyVoice's flow matching on several rows at once (upstream's source)
     "lanes": lanes,
     "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
     "peers": peers,  # last: it starts eight processes of its own

@@ -17,9 +17,9 @@ here, then turns each item's tokens into audio with upstream's own `token2wav`:
        stop id or its max_len, the call when every row has
     -> drop_long_silences(): what upstream's llm_job keeps of a row (at most 5 silent tokens
        in a row, CosyVoice 3's FSQ silence ids)
-    -> speech(): the rows through flow matching together (cosyvoice_flow), then each through
-       HiFT at its item's speed; where the flow cannot take a batch (a TensorRT estimator),
-       each row through upstream's token2wav under a uuid of its own.
+    -> speech(): on a GPU the rows through flow matching together (cosyvoice_flow), then each
+       through HiFT at its item's speed; on a CPU, or where the flow cannot take a batch (a
+       TensorRT estimator), each row through upstream's token2wav under a uuid of its own.
 
 A finished row goes on being fed (its outputs unread): rows never attend to each other, so
 that changes nothing for the others and keeps the cache one rectangle. `batchable()` says
@@ -139,8 +139,8 @@ def decode(llm: Any, inputs: Sequence[LmInput], sampling: int = SAMPLING_TOP_K
 
 def speech(cosyvoice_model: Any, model_inputs: Sequence[Mapping[str, Any]],
            speeds: Sequence[float], sampling: int = SAMPLING_TOP_K) -> list[Any]:
-    """Each model input's audio, [1, samples] on the CPU: the LLM and the flow's Euler steps
-    batched, HiFT for each (token2wav for each where the flow cannot take a batch).
+    """Each model input's audio, [1, samples] on the CPU: the LLM batched, then the flow's
+    Euler steps batched and HiFT for each on a GPU, token2wav for each elsewhere.
     `cosyvoice_model` is upstream's CosyVoice2Model / CosyVoice3Model (`CosyVoice2.model`)."""
     if not model_inputs:  # a batch of pauses only: nothing for the model
         return []
@@ -150,7 +150,7 @@ def speech(cosyvoice_model: Any, model_inputs: Sequence[Mapping[str, Any]],
                       sampling)
     silent = getattr(cosyvoice_model, "silent_tokens", [])
     rows = [drop_long_silences(row, silent) for row in rows]
-    if not cosyvoice_flow.batchable(flow) or not all(rows):
+    if not cosyvoice_flow.worth_batching(cosyvoice_model) or not all(rows):
         # An empty row fails in token2wav as it does upstream: an engine error, not a clip.
         return [_token2wav(cosyvoice_model, x, row, speed)
                 for x, row, speed in zip(model_inputs, rows, speeds, strict=True)]

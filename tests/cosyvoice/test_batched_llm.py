@@ -87,8 +87,10 @@ def test_a_batch_gives_each_item_what_it_gets_alone(
         flow_batched: bool) -> None:
     profile = make_profile(engine, reference, voice_id="batched")
     assert cosyvoice_flow.batchable(engine._model.model.flow)
-    if not flow_batched:  # as with a TensorRT estimator: each row through token2wav
-        monkeypatch.setattr(cosyvoice_flow, "batchable", lambda flow: False)
+    assert not cosyvoice_flow.worth_batching(engine._model.model)  # a CPU: rows one by one
+    if flow_batched:  # as on a GPU
+        monkeypatch.setattr(cosyvoice_flow, "worth_batching",
+                            lambda model: cosyvoice_flow.batchable(model.flow))
     recorder = Recorder(engine, monkeypatch)
     alone = one_by_one(engine, profile)
     forwards_alone, tokens_alone = recorder.take()
@@ -116,6 +118,9 @@ def test_voices_mixed_in_a_batch_each_sound_as_alone(
                               second.tensors["flow_embedding"])
     pairs = [(first, ITEMS[0]), (second, ITEMS[1]), (first, ITEMS[2]), (second, ITEMS[0]),
              (second, ITEMS[5])]
+    # The flow batched as on a GPU: rows of two prompts through one decoder input.
+    monkeypatch.setattr(cosyvoice_flow, "worth_batching",
+                        lambda model: cosyvoice_flow.batchable(model.flow))
     recorder = Recorder(engine, monkeypatch)
     torch.manual_seed(9)
     alone = [engine.synthesize(profile, [item])[0].audio for profile, item in pairs]
