@@ -24,7 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from bench.harness import BenchContext
-from bench.outcome import Outcome, md_table
+from bench.outcome import Outcome, batch_axes, md_table
 from pipeline.engines.cosyvoice_batch import LmInput, decode
 
 SIZES = (1, 2, 4, 8)
@@ -34,6 +34,12 @@ QWEN_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 
             "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
             "max_position_embeddings": 32768, "tie_word_embeddings": True}
 TOP_K = 25
+
+
+def torch_on_cpu() -> str:
+    import torch
+
+    return f"torch {torch.__version__} on {torch.get_num_threads()} CPU threads"
 
 
 def build_llm(layers: int) -> Any:
@@ -94,7 +100,6 @@ def with_vocabulary_head(llm: Any) -> Any:
 
 
 async def run(ctx: BenchContext) -> Outcome:
-    import torch
 
     layers, tokens, repeats = ctx.pick((6, 24, 1), (24, 100, 2))
     llm = build_llm(layers)
@@ -122,9 +127,8 @@ async def run(ctx: BenchContext) -> Outcome:
     figures.update({f"decode_tokens_per_s_at_{r['batch']}": r["tokens_per_s"] for r in ours})
     figures["decode_layers"] = layers
     notes = [f"Qwen2 of {layers} layers (CosyVoice 2's LLM has 24), {tokens} steps a run "
-             f"after a {PREFILL}-position prefill, best of {repeats}; torch "
-             f"{torch.__version__} on {torch.get_num_threads()} CPU threads. 25 speech "
-             "tokens are one second of audio."]
+             f"after a {PREFILL}-position prefill, best of {repeats}; {torch_on_cpu()}. 25 "
+             "speech tokens are one second of audio."]
     return Outcome("decode", figures, table, series={"rows": rows}, notes=notes)
 
 
@@ -134,9 +138,5 @@ def plot(series: dict[str, Any], ax: Any) -> None:
     ax.plot(xs, [r["tokens_per_s"] for r in rows], "o-", label="decode(), measured")
     ax.plot(xs, [rows[0]["tokens_per_s"] * x for x in xs], "k--", label="linear in texts")
     ax.plot([1], [upstream["tokens_per_s"]], "rs", label="upstream's one-text step")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_xlabel("texts stepped together")
-    ax.set_ylabel("speech tokens / s")
-    ax.set_title("CosyVoice 2-sized LLM decode, random weights, CPU")
-    ax.legend()
+    batch_axes(ax, xs, xlabel="texts stepped together", ylabel="speech tokens / s",
+               title="CosyVoice 2-sized LLM decode, random weights, CPU")

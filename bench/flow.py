@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.decode import torch_on_cpu
 from bench.harness import BenchContext
-from bench.outcome import Outcome, md_table
+from bench.outcome import Outcome, batch_axes, md_table
 
 SIZES = (1, 2, 4, 8)
 PROMPT_TOKENS = 75
@@ -106,8 +107,6 @@ def _best(run: Any, repeats: int) -> float:
 async def run(ctx: BenchContext) -> Outcome:
     import os
 
-    import torch
-
     from pipeline.engines import cosyvoice_flow
     from pipeline.engines.cosyvoice_setup import import_cosyvoice
 
@@ -140,8 +139,7 @@ async def run(ctx: BenchContext) -> Outcome:
     figures.update({f"flow_batched_s_at_{r['batch']}": r["batched_s"] for r in measured})
     notes = [f"estimator of {blocks} + {mid_blocks} + {blocks} blocks (the recipe's: 4 + 12 + "
              f"4), rows of {tokens} speech tokens after a {PROMPT_TOKENS}-token prompt, best "
-             f"of {repeats}; torch {torch.__version__} on {torch.get_num_threads()} CPU "
-             "threads."]
+             f"of {repeats}; {torch_on_cpu()}."]
     return Outcome("flow", figures, table, series={"rows": measured}, notes=notes)
 
 
@@ -151,9 +149,5 @@ def plot(series: dict[str, Any], ax: Any) -> None:
     ax.plot(xs, [r["batch"] / r["upstream_s"] for r in rows], "s--",
             label="upstream's flow.inference, a row at a time")
     ax.plot(xs, [r["batch"] / r["batched_s"] for r in rows], "o-", label="mel(), rows together")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [str(x) for x in xs])
-    ax.set_xlabel("rows")
-    ax.set_ylabel("rows / s")
-    ax.set_title("CosyVoice 2-sized flow matching, random weights, CPU")
-    ax.legend()
+    batch_axes(ax, xs, xlabel="rows", ylabel="rows / s",
+               title="CosyVoice 2-sized flow matching, random weights, CPU")

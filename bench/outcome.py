@@ -29,3 +29,13 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 1 else f"{value:.1f}"
     return str(value)
+
+
+def batch_axes(ax: Any, sizes: list[int], *, xlabel: str, ylabel: str, title: str) -> None:
+    """The axes of a plot over batch sizes 1, 2, 4, 8, ...: log2, a tick at each size."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(x) for x in sizes])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
