@@ -21,11 +21,10 @@ measurement reports that and gives no figures.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.decode import torch_on_cpu
+from bench.decode import best_of, torch_on_cpu
 from bench.harness import BenchContext
 from bench.outcome import Outcome, batch_axes, md_table
 
@@ -92,18 +91,6 @@ def _upstream(flow: Any, rows: list[list[int]], inputs: list[dict[str, Any]]) ->
                        embedding=x["flow_embedding"], streaming=False, finalize=True)
 
 
-def _best(run: Any, repeats: int) -> float:
-    import torch
-
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        with torch.inference_mode():
-            run()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 async def run(ctx: BenchContext) -> Outcome:
     import os
 
@@ -120,12 +107,12 @@ async def run(ctx: BenchContext) -> Outcome:
     blocks, mid_blocks, tokens, repeats = ctx.pick((1, 2, 25, 1), (4, 12, 100, 2))
     flow = build_flow(blocks, mid_blocks)
     rows, inputs = _rows(1, 8)
-    _best(lambda: cosyvoice_flow.mel(flow, rows, inputs, "cpu"), 1)  # set-up not measured
+    best_of(lambda: cosyvoice_flow.mel(flow, rows, inputs, "cpu"), 1)  # set-up not measured
     measured: list[dict[str, Any]] = []
     for batch in SIZES:
         rows, inputs = _rows(batch, tokens)
-        alone = _best(lambda: _upstream(flow, rows, inputs), repeats)  # noqa: B023
-        together = _best(lambda: cosyvoice_flow.mel(flow, rows, inputs, "cpu"),  # noqa: B023
+        alone = best_of(lambda: _upstream(flow, rows, inputs), repeats)  # noqa: B023
+        together = best_of(lambda: cosyvoice_flow.mel(flow, rows, inputs, "cpu"),  # noqa: B023
                          repeats)
         measured.append({"batch": batch, "upstream_s": round(alone, 3),
                          "batched_s": round(together, 3),

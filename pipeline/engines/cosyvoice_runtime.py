@@ -143,8 +143,8 @@ def guard_model(cosyvoice: Any) -> None:
 
 def attend_to_whole_history(cosyvoice: Any) -> bool:
     """Give the LLM's decode steps a mask over the whole cache and no unused vocabulary
-    head (module docstring). False
-    where the LLM is not upstream's Qwen2Encoder (CosyVoice 1) or was already fixed."""
+    head (module docstring). False where the LLM is not upstream's Qwen2Encoder
+    (CosyVoice 1) or was already fixed."""
     encoder: Any = getattr(getattr(cosyvoice.model, "llm", None), "llm", None)
     if type(encoder).__name__ != "Qwen2Encoder" or getattr(encoder, _GUARDED, False):
         return False
