@@ -19,6 +19,7 @@ from consumers.gateway.cli import add_parser as add_gateway_parser
 from consumers.settings import Settings, find_checkout, state_dir
 from topics.errors import VoiceFactoryError
 from topics.tenancy import DEFAULT_TENANT, check_tenant, record_tenant
+from topics.validation import VOICE_ID_MAX, check_id
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -27,6 +28,14 @@ def _tenant(text: str) -> str:
     """--tenant: a name fit for object keys (topics/tenancy.py), else a usage error."""
     try:
         return check_tenant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _voice_id(text: str) -> str:
+    """A voice ID argument: the contract's ID rules (no paths), else a usage error."""
+    try:
+        return check_id("voice_id", text, VOICE_ID_MAX)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -335,6 +344,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from consumers.clients import fleet
+
+    settings = _settings(args)
+    router, view = asyncio.run(fleet.read_fleet(settings))
+    if args.action == "route":
+        answer = fleet.explain_route(settings, router, args.voice_id, args.lane)
+        fleet.write(answer, fleet.route_lines(answer), as_json=args.json, out=sys.stdout)
+        return EXIT_OK
+    shown = fleet.show(router, view)
+    fleet.write(shown, fleet.show_lines(shown, settings), as_json=args.json, out=sys.stdout)
+    return EXIT_OK if shown.workers else EXIT_FAIL
+
+
 def cmd_dlq(args: argparse.Namespace) -> int:
     from consumers.clients.dlq import NotStored, stored_value
     from consumers.wiring import make_store
@@ -419,6 +442,24 @@ def build_parser() -> argparse.ArgumentParser:
                              "/readyz (VF_STUCK_PARTITION_SECONDS, default 120)")
     worker.add_argument("--log-format", choices=["json", "text"], default="json")
     worker.set_defaults(func=cmd_worker)
+
+    fleet = sub.add_parser("fleet", help="the workers' statuses on tts.fleet, and where a "
+                                         "voice's requests are routed")
+    fsub = fleet.add_subparsers(dest="action", required=True)
+    fshow = common(fsub.add_parser(
+        "show", help="each worker's lanes: partitions, backlog, queued, running/slots, hot "
+                     "voices, profile hit ratio, failed results (exit 1: no worker heard)"))
+    froute = common(fsub.add_parser(
+        "route", help="a voice's workers in routing order (its home first) and where its "
+                      "next request goes now"))
+    froute.add_argument("voice_id", type=_voice_id, metavar="VOICE_ID")
+    froute.add_argument("--lane", choices=("batch", "interactive"), default="batch",
+                        help="batch: jobs and `job run` (default); interactive: the "
+                             "gateway's speech")
+    for p in (fshow, froute):
+        p.add_argument("--json", action="store_true", help="one JSON object instead of a "
+                                                           "table")
+    fleet.set_defaults(func=cmd_fleet)
 
     dlq = sub.add_parser("dlq", help="dead letters: get the original value of one that was "
                                      "too big to carry inline")

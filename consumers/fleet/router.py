@@ -180,6 +180,18 @@ class FleetRouter:
     def workers(self, lane: RouteLane) -> list[str]:
         return sorted(set(self._owner_map(lane).values()))
 
+    def order(self, voice_id: str, lane: RouteLane = "batch") -> list[tuple[int, int, str]]:
+        """The voice's preference list in `lane` as ownership stands: (shard, partition,
+        worker) for each live worker, its home first; the partition is of the lane's shard
+        topic while `span(lane)` says so, else of its plain topic."""
+        return list(self._preferences(voice_id, lane, self._owner_map(lane)))
+
+    def span(self, lane: RouteLane) -> tuple[int, bool]:
+        """(the partitions `lane`'s routes hash over, whether they are its shard topic's):
+        the shard topic as soon as a live worker holds part of it, else the plain one."""
+        self._owner_map(lane)
+        return self._spans.get(lane, (self.partitions, False))
+
     def _invalidate(self) -> None:
         self._owners = None
         self._walks.clear()

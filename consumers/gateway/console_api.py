@@ -10,7 +10,7 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
     GET /v1/jobs/{id}/timeline           job.json's timeline: each line's start and end (s)
         (a job's routes read its latest finished version, `revisions.latest_finished`, as
         GET /v1/jobs/{id} does: a revision's carried clips are in its own job.json)
-    GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet:
+    GET /v1/fleet                        the fleet view's worker statuses (consumers.fleet.summary:
         partitions, backlog/queued/inflight and slots per lane, hot voices, age, and since
         each worker started its profile cache lookups and failed results by error code),
         the fleet's cache hit ratio and errors by code summed over the workers heard (since
@@ -45,14 +45,20 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from consumers.clients.revisions import latest_finished
-from consumers.fleet.router import LANES
+from consumers.fleet.summary import (
+    CodeCount,
+    FleetCache,
+    FleetWorker,
+    fleet_counts,
+    worker_views,
+)
 from consumers.gateway.resources import path_id, tenant_of_request, voice_not_found
 from consumers.gateway.runtime import Gateway
 from consumers.gateway.serve import json_error
 from pipeline import keys
 from pipeline.voices import read_voice
 from topics.events import AudioRef, ClipSpan, JobCompleted
-from topics.fleet import ProfileCounts, WorkerStatus
+from topics.fleet import WorkerStatus
 from topics.validation import REQUEST_ID_MAX, VOICE_ID_MAX
 
 MAX_ZIP_BYTES = 512 * 2**20  # a zip is built in memory: larger jobs download clip by clip
@@ -70,41 +76,6 @@ class JobTimeline(msgspec.Struct, kw_only=True):
     version: int
     duration_s: float
     timeline: list[ClipSpan]
-
-
-class FleetLane(msgspec.Struct, kw_only=True):
-    partitions: list[int]  # of the plain lane topic
-    shards: list[int]  # of the lane's shard topic, where routers send
-    backlog: int
-    queued: int
-    inflight: int
-    slots: int
-    load: int  # backlog + queued + inflight
-
-
-class FleetCache(msgspec.Struct, kw_only=True):
-    """Profile cache lookups since a worker started (or summed over the fleet)."""
-
-    hit: int
-    store: int
-    miss: int
-    hit_ratio: float | None  # hit / lookups; None before any lookup
-
-
-class CodeCount(msgspec.Struct, kw_only=True):
-    code: str  # an error code of the closed set (topics.errors.ErrorCode)
-    count: int
-
-
-class FleetWorker(msgspec.Struct, kw_only=True):
-    id: str
-    alive: bool
-    draining: bool
-    age_s: float  # since its last status on tts.fleet
-    hot_voices: int
-    lanes: dict[str, FleetLane]  # "batch", "interactive"
-    cache: FleetCache | None  # None: a worker whose status carries no counts (older)
-    errors: dict[str, int]  # answers other than succeeded, by error code, since it started
 
 
 class FleetView(msgspec.Struct, kw_only=True):
@@ -324,58 +295,6 @@ def responses_by_status(gw: Gateway) -> list[ErrorCount]:
     return sorted(out, key=lambda e: (-e.count, e.route, e.status))
 
 
-def hit_ratio(profiles: ProfileCounts | None) -> float | None:
-    """Lookups answered from a worker's memory, of all lookups; None before any."""
-    if profiles is None or profiles.lookups == 0:
-        return None
-    return round(profiles.hit / profiles.lookups, 4)
-
-
-def cache_of(profiles: ProfileCounts) -> FleetCache:
-    return FleetCache(hit=profiles.hit, store=profiles.store, miss=profiles.miss,
-                      hit_ratio=hit_ratio(profiles))
-
-
-def fleet_counts(statuses: list[WorkerStatus]) -> tuple[FleetCache, list[CodeCount]]:
-    """The workers' own counts, summed: profile cache lookups with their hit ratio (workers
-    that send none are left out) and failed results by error code, most first."""
-    profiles = ProfileCounts()
-    errors: dict[str, int] = {}
-    for status in statuses:
-        if status.profiles is not None:
-            profiles.hit += status.profiles.hit
-            profiles.store += status.profiles.store
-            profiles.miss += status.profiles.miss
-        for code, count in status.errors.items():
-            errors[code] = errors.get(code, 0) + count
-    return cache_of(profiles), [CodeCount(code=code, count=count) for code, count in
-                                sorted(errors.items(), key=lambda e: (-e[1], e[0]))]
-
-
-def workers(gw: Gateway) -> list[FleetWorker]:
-    if gw.fleet is None:
-        return []
-    router = gw.fleet.router
-    now_ms = time.time() * 1000
-    out = []
-    for status in router.statuses():
-        lanes: dict[str, FleetLane] = {}
-        for name in LANES:
-            lane = status.lane(name)
-            lanes[name] = FleetLane(partitions=lane.partitions, shards=lane.shards,
-                                    backlog=lane.backlog,
-                                    queued=lane.queued, inflight=lane.inflight,
-                                    slots=lane.slots, load=lane.load)
-        out.append(FleetWorker(id=status.worker, alive=router.alive(status.worker),
-                               draining=status.draining,
-                               age_s=round((now_ms - status.at_ms) / 1000, 1),
-                               hot_voices=len(status.hot), lanes=lanes,
-                               cache=None if status.profiles is None
-                               else cache_of(status.profiles),
-                               errors=dict(status.errors)))
-    return out
-
-
 async def fleet(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     limits = gw.settings.gateway
@@ -389,7 +308,9 @@ async def fleet(request: Request) -> Response:
         routing="fleet" if gw.fleet is not None else "voice_id",
         view=FleetView(available=gw.fleet is not None and gw.fleet.available,
                        records=gw.fleet.records if gw.fleet is not None else 0),
-        workers=workers(gw), cache=cache, errors_by_code=by_code,
+        workers=[] if gw.fleet is None else worker_views(gw.fleet.router,
+                                                         time.time() * 1000),
+        cache=cache, errors_by_code=by_code,
         interactive_lag=InteractiveLag(
             total=gw.lag.lag, threshold=limits.lag_threshold,
             partitions=dict(sorted(gw.lag.by_partition.items(), key=_plain_first))),

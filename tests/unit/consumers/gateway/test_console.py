@@ -20,10 +20,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from consumers.fleet.router import FleetRouter
+from consumers.fleet.summary import CodeCount
 from consumers.fleet.view import FleetView
 from consumers.gateway import console
 from consumers.gateway.app import build_app, route_label
-from consumers.gateway.console_api import CodeCount, RecentErrors
+from consumers.gateway.console_api import RecentErrors
 from consumers.gateway.keys import SCOPES, KeyRing, add_key
 from consumers.gateway.runtime import Gateway
 from consumers.settings import GatewaySettings, Settings
