@@ -61,6 +61,7 @@ class Preference(msgspec.Struct, kw_only=True):
 
 
 class RouteChoice(msgspec.Struct, kw_only=True):
+    reason: str  # home, copy, held, joined, moved (a profile build there) or unrouted
     key: str
     shard: int
     partition: int | None  # None: no live worker, Kafka's partitioner picks from the key
@@ -119,8 +120,8 @@ def explain_route(settings: Settings, router: FleetRouter, voice_id: str,
     route: Route = router.route(voice_id, lane)
     return FleetRouteAnswer(
         voice_id=voice_id, lane=lane, topic=topic, partitions=partitions, order=order,
-        route=RouteChoice(key=route.key, shard=route.shard, partition=route.partition,
-                          worker=route.worker,
+        route=RouteChoice(reason=route.reason, key=route.key, shard=route.shard,
+                          partition=route.partition, worker=route.worker,
                           topic=shards if route.sharded else plain))
 
 
@@ -139,6 +140,12 @@ def _hot(router: FleetRouter, worker: str) -> list[str]:
 
 
 # -- text ------------------------------------------------------------------------------------
+
+REASON_TEXT = {"home": "its home", "copy": "one of its copies, the least loaded",
+               "held": "not a copy, but it holds the profile",
+               "joined": "a copy where this router's requests of it wait",
+               "moved": "past its copies' share: it loads the profile there"}
+
 
 def spans(numbers: list[int]) -> str:
     """Partitions as ranges: [0, 1, 2, 5, 7, 8] -> "0-2,5,7-8"; "-" for none."""
@@ -231,7 +238,7 @@ def route_lines(answer: FleetRouteAnswer) -> list[str]:
     route = answer.route
     return [head, "", *table(rows), "",
             f"next request: key {route.key!r} -> {route.topic} partition {route.partition} "
-            f"(worker {route.worker})",
+            f"(worker {route.worker}: {REASON_TEXT.get(route.reason, route.reason)})",
             "(from the workers' last statuses and a router with no traffic of its own: a "
             "gateway that sends this voice often balances it over more of its order)"]
 

@@ -35,6 +35,7 @@ import msgspec
 from aiokafka import TopicPartition
 
 from consumers.clients.revisions import Submission, prepare_rerun, prepare_run
+from consumers.fleet.router import ROUTE_REASONS
 from consumers.fleet.sending import RoutedSender, routed
 from consumers.kafka import make_consumer, make_producer
 from consumers.settings import Settings
@@ -299,12 +300,16 @@ async def run_job(settings: Settings, script: Script, *, wait: bool, timeout_s: 
 
 
 def _spread(sender: RoutedSender) -> str:
-    """', routed to 3 workers' or '' (routing off, or no worker in the fleet view)."""
+    """', routed to 3 workers (home 12, copy 27, moved 1)' or '' (routing off, or no
+    worker in the fleet view): where the lines went, and why (ROUTE_REASONS; moved: a
+    worker that loads the voice's profile for them)."""
     router = sender.router
     if router is None or not router.outstanding:
         return ""
     workers = [w for w in router.workers(sender.lane) if router.load(sender.lane, w)]
-    return f", routed to {len(workers)} worker{'s' if len(workers) != 1 else ''}"
+    why = ", ".join(f"{reason} {sender.reasons[reason]}" for reason in ROUTE_REASONS
+                    if sender.reasons[reason])
+    return f", routed to {len(workers)} worker{'s' if len(workers) != 1 else ''} ({why})"
 
 
 async def _follow(consumer: Any, script: Script, results_topic: str, jobs_topic: str,

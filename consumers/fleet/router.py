@@ -20,7 +20,8 @@ exceeds a worker's share moves on.
         then, when that worker has no free slot and the voice has copies: a copy within
         its share where this router's earlier requests of the voice still wait instead
         (the new one joins their batch: one more item on a call, not a call of its own)
-           -> Route(key, partition, worker, sharded: which of the lane's topics)
+           -> Route(key, partition, worker, sharded: which of the lane's topics, reason:
+              home, copy, held, joined or moved: ROUTE_REASONS)
     sent(request_id, route) / done(request_id): this router's own outstanding requests per
         worker, counted at once, so a burst is spread before the next status arrives; sent()
         also counts the voice's popularity (decayed, half-life POPULARITY_HALF_LIFE)
@@ -76,6 +77,11 @@ MAX_REMEMBERED = 100_000  # voices' preference lists kept; past that they are wa
 # job is spread within its first lines.
 POPULARITY_HALF_LIFE = 2000  # requests
 HOME_QUEUE = 6  # VF_ROUTE_HOME_QUEUE's default
+# Why a route went where it did: its home (the first worker of its order), another of its
+# copies, a worker that holds its profile anyway, the copy where this router's requests of
+# it wait (joined their batch), or none of those: moved, a profile build there. Unrouted:
+# no live worker in the view, the plain voice_id for Kafka's partitioner.
+ROUTE_REASONS = ("home", "copy", "held", "joined", "moved", "unrouted")
 COPY_SHARE = 0.02  # VF_ROUTE_COPY_SHARE's default
 
 
@@ -86,6 +92,8 @@ class Route:
     partition: int | None  # None: no view, the producer's partitioner picks from the key
     worker: str | None  # who owns that partition now, as the view said
     sharded: bool = False  # the partition is of the lane's shard topic, not its plain one
+    # Why that worker (ROUTE_REASONS); not part of where the request goes, so not compared.
+    reason: str = field(default="unrouted", compare=False)
 
 
 @dataclass
@@ -263,7 +271,8 @@ class FleetRouter:
         # A worker holding the profile otherwise (it moved there once) costs no build
         # either, but only within its share: a voice moved once is not held on two workers.
         order = (w for _, _, w in self._preferences(voice_id, lane, owners) if w not in skip)
-        copies = set(islice(order, self.copies(voice_id, len(workers))))
+        head = list(islice(order, self.copies(voice_id, len(workers))))
+        copies = set(head)
         steps: list[Callable[[], tuple[int, int, int, str] | None]] = [
             lambda: self._least_loaded(voice_id, lane, owners, copies | hot,
                                        lambda w, load: at_home(w, load) if w in copies
@@ -275,10 +284,14 @@ class FleetRouter:
                 break
         else:
             best = self._least_of(voice_id, lane, owners, skip)
+        joined = None
         if (best[0] + 1 > self._slots(lane, best[3]) and len(copies) > 1
                 and (lane, best[3], voice_id) not in self._voice_at):
-            best = self._join(voice_id, lane, owners, copies, spread) or best
-        return self._route(voice_id, best, sharded)
+            joined = self._join(voice_id, lane, owners, copies, spread)
+        worker = (joined or best)[3]
+        reason = ("joined" if joined is not None else "home" if head and worker == head[0]
+                  else "copy" if worker in copies else "held" if worker in hot else "moved")
+        return self._route(voice_id, joined or best, sharded, reason)
 
     def _join(self, voice_id: str, lane: RouteLane, owners: dict[int, str], copies: set[str],
               fits: Callable[[str, int], bool]) -> tuple[int, int, int, str] | None:
@@ -340,9 +353,10 @@ class FleetRouter:
         return ties[turn % len(ties)]
 
     @staticmethod
-    def _route(voice_id: str, choice: tuple[int, int, int, str], sharded: bool) -> Route:
+    def _route(voice_id: str, choice: tuple[int, int, int, str], sharded: bool,
+               reason: str) -> Route:
         _, shard, partition, worker = choice
-        return Route(routing_key(voice_id, shard), shard, partition, worker, sharded)
+        return Route(routing_key(voice_id, shard), shard, partition, worker, sharded, reason)
 
     def _slots(self, lane: str, worker: str) -> int:
         status = self._status.get(worker)

@@ -3,7 +3,8 @@
     RoutedSender.send(request) -> router.route(voice, lane) (or the plain voice_id when
         routing is off or the view is empty) -> producer.send(the lane's shard topic when
         the route is sharded, else its plain topic, value, key=routing key, partition=the
-        route's) -> router.sent(request_id, route): counted at once
+        route's) -> router.sent(request_id, route): counted at once; the route's reason
+        counted in `reasons` and handed to `on_route` (the gateway's vf_gateway_routes_total)
     done(request_id): its answer came (or the caller gave up): no longer counted
 
 `fleet_router(settings, producer)` builds the process's one router and its FleetView, sized
@@ -14,7 +15,8 @@ adds a sender for one lane on top, as `job run` needs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from consumers.fleet.router import FleetRouter, Route
@@ -28,7 +30,8 @@ from topics.specs import TopicNames, topic_names
 class RoutedSender:
     def __init__(self, producer: Any, topic: str, lane: RouteLane,
                  router: FleetRouter | None, *, shard_topic: str | None = None,
-                 balance: float | None = None, answer_follows: bool = True) -> None:
+                 balance: float | None = None, answer_follows: bool = True,
+                 on_route: Callable[[RouteLane, str], None] | None = None) -> None:
         self._producer = producer
         self.topic = topic  # the plain lane: a route without a partition, or workers of before
         self.shard_topic = shard_topic or topic
@@ -36,6 +39,8 @@ class RoutedSender:
         self.router = router
         self.balance = balance
         self._answer_follows = answer_follows  # False: done() is never called for these
+        self._on_route = on_route
+        self.reasons: Counter[str] = Counter()  # routes sent, by reason (ROUTE_REASONS)
 
     def route(self, request: SynthesisRequest, avoid: Iterable[str] = ()) -> Route:
         if self.router is None:
@@ -55,6 +60,9 @@ class RoutedSender:
         if self.router is not None:
             self.router.sent(request.request_id, route, self.lane,
                              answer_follows=self._answer_follows)
+        self.reasons[route.reason] += 1
+        if self._on_route is not None:
+            self._on_route(self.lane, route.reason)
         return route, future
 
     def done(self, request_ids: Iterable[str]) -> None:
@@ -87,10 +95,11 @@ def lane_topics(names: TopicNames, lane: RouteLane) -> tuple[str, str]:
 
 
 def lane_sender(producer: Any, names: TopicNames, lane: RouteLane, router: FleetRouter | None,
-                *, balance: float | None = None, answer_follows: bool = True) -> RoutedSender:
+                *, balance: float | None = None, answer_follows: bool = True,
+                on_route: Callable[[RouteLane, str], None] | None = None) -> RoutedSender:
     plain, shards = lane_topics(names, lane)
     return RoutedSender(producer, plain, lane, router, shard_topic=shards, balance=balance,
-                        answer_follows=answer_follows)
+                        answer_follows=answer_follows, on_route=on_route)
 
 
 async def routed(settings: Settings, producer: Any, lane: RouteLane, *,

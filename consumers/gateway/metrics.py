@@ -10,6 +10,9 @@ speech answer's first audio byte -> `observe_ttfb(seconds)`; streams opening and
     vf_gateway_interactive_lag                vf-synth's lag on tts.requests.interactive
     vf_gateway_cancels_total                  cancels produced to tts.control
     vf_gateway_failovers_total                requests sent again: worker gone, no chunk yet
+    vf_gateway_routes_total{lane,reason}      requests produced, by why the fleet router chose
+                                              their worker: home, copy, held, joined, moved
+                                              (a profile build there), unrouted (no view)
     vf_gateway_audit_events_total{action,result}  audit events written (ok) or not (failed:
                                               the action was refused, 503)
 """
@@ -40,7 +43,9 @@ class GatewayMetrics:
         self._failovers = Counter("vf_gateway_failovers",
                                   "Requests sent again to another worker: theirs left the "
                                   "fleet view before the first chunk", registry=r)
-
+        self._routes = Counter("vf_gateway_routes", "Requests produced, by lane and why the "
+                               "fleet router chose their worker", ["lane", "reason"],
+                               registry=r)
         self._audit = Counter("vf_gateway_audit_events", "Audit events by action; failed: "
                               "not written, the action refused", ["action", "result"],
                               registry=r)
@@ -65,6 +70,9 @@ class GatewayMetrics:
 
     def on_failover(self) -> None:
         self._failovers.inc()
+
+    def on_route(self, lane: str, reason: str) -> None:
+        self._routes.labels(lane=lane, reason=reason).inc()
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE

@@ -124,14 +124,16 @@ class Gateway:
         routes, self.fleet = await fleet_router(self.settings, producer)
         if self.fleet is not None:
             startup.push_stop(stack, "fleet view", self._stop_fleet, logger=log)
-        interactive = lane_sender(producer, self.names, "interactive", routes)
+        on_route = self.metrics.on_route
+        interactive = lane_sender(producer, self.names, "interactive", routes,
+                                  on_route=on_route)
         # Jobs' answers go to tts.results, which the gateway does not read: counted by the
         # router until the worker's next status includes them.
         self.senders = {
             self.names.requests_interactive: interactive,
             self.names.requests: lane_sender(producer, self.names, "batch", routes,
                                              balance=routing.job_balance,
-                                             answer_follows=False)}
+                                             answer_follows=False, on_route=on_route)}
         if routes is not None and routing.failover_ms > 0:
             self.failover = Failover(interactive, chunks_of=self.router.chunks_of,
                                      after_s=routing.failover_ms / 1000,

@@ -27,6 +27,7 @@ import openai
 import pytest
 from aiokafka import TopicPartition
 
+from consumers.fleet.router import ROUTE_REASONS
 from consumers.gateway.keys import KeyRing, add_key
 from consumers.kafka import make_consumer
 from consumers.settings import GatewaySettings, Settings
@@ -193,6 +194,11 @@ async def test_20_streams_through_2_replicas_and_2_real_workers(
 
         answers = await asyncio.gather(*(speak((one, two)[i % 2], i) for i in range(20)))
         engines = [w.runtime.engine for w in (a, b)]
+        routes = {reason: sum(gw.gateway.metrics.registry.get_sample_value(
+            "vf_gateway_routes_total", {"lane": "interactive", "reason": reason}) or 0
+            for gw in (one, two)) for reason in ROUTE_REASONS}
+    # every request routed over the fleet view (a failover would add a route), none unrouted
+    assert sum(routes.values()) >= 20 and routes["unrouted"] == 0, routes
     # The bench engine speaks 0.06 s a character: ~2 s per line, mp3 padding aside.
     assert all(1.5 < decoded_seconds(mp3) < 3.0 for mp3 in answers), \
         [len(mp3) for mp3 in answers]

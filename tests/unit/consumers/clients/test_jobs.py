@@ -143,3 +143,22 @@ def test_a_long_list_of_lines_is_shortened() -> None:
     message = str(UnknownVoices({"kid": list(range(1, 14))}))
     assert "'kid' on lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 3 more" in message
     assert message.startswith("1 voice is not registered")
+
+
+async def test_the_produced_line_says_where_the_lines_went_and_why() -> None:
+    from consumers.clients.jobs import _spread
+    from consumers.fleet.router import FleetRouter
+    from consumers.fleet.sending import lane_sender
+    from tests.unit.consumers.fleet.test_sending import NAMES, Producer, request
+    from topics.fleet import LaneLoad, WorkerStatus
+
+    router = FleetRouter(partitions=2, wall_ms=lambda: 1_000)
+    sender = lane_sender(Producer(), NAMES, "batch", router)  # as `job run` makes it
+    assert _spread(sender) == ""  # nothing sent: nothing to say
+    for w, shards in (("w0", [0]), ("w1", [1])):
+        lanes = {"batch": LaneLoad(partitions=shards, topic_partitions=2, shards=shards,
+                                   shard_partitions=2, slots=1)}
+        router.apply(WorkerStatus(worker=w, at_ms=1_000, interval_ms=500, lanes=lanes))
+    for i in range(6):  # one narrator's lines: its share makes both workers copies
+        await sender.send(request(i))
+    assert _spread(sender) == ", routed to 2 workers (home 3, copy 3)"

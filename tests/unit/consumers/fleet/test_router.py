@@ -59,6 +59,8 @@ def test_an_idle_fleet_keeps_a_voice_on_its_shard_zero_owner() -> None:
     assert route.partition == partition_for("narrator", 12)
     # The same partition Kafka's default partitioner gives a producer keying by voice_id.
     assert router.workers("batch")[route.partition // 3] == route.worker
+    assert route.reason == "home"
+    assert FleetRouter(partitions=12).route("narrator").reason == "unrouted"
 
 
 def fade(router: FleetRouter, requests: int) -> None:
@@ -79,6 +81,8 @@ def test_a_hot_voice_spreads_over_every_worker_and_goes_home_once_it_fades() -> 
         routes.append(route)
     per_worker = Counter(r.worker for r in routes)
     assert len(per_worker) == 4  # one voice, every worker
+    # every worker a copy of the narrator: no request sent anywhere to load it from scratch
+    assert {r.reason for r in routes} == {"home", "copy"}
     assert max(per_worker.values()) <= 1.25 * 40 / 4
     assert {parse_routing_key(r.key)[0] for r in routes} == {"narrator"}
     for i in range(40):
@@ -254,7 +258,12 @@ def test_a_rare_voice_waits_home_while_a_popular_one_takes_the_least_loaded_copy
         router.sent(f"o{i}", Route(f"x{i}", 0, 0, home))
     assert router.route("rare").worker == home
     router.sent("o2", Route("x2", 0, 0, home))
-    assert router.route("rare").worker != home  # 3 there: the wait would cost more
+    moved = router.route("rare")
+    assert moved.worker != home and moved.reason == "moved"  # 3 there: the wait costs more
+    # the worker it would move to already holds the profile (it moved there once): held
+    there = next(s for s in router.statuses() if s.worker == moved.worker)
+    router.apply(msgspec_replace(there, at_ms=NOW_MS + 1, hot=["rare"]))
+    assert router.route("rare").reason == "held"
     # A voice with a large share of the traffic has both workers as copies: it goes to
     # the less loaded one at once instead of queueing at home.
     for i in range(400):
@@ -322,6 +331,7 @@ def test_past_a_full_fleet_a_popular_voice_joins_its_own_waiting_batch() -> None
     fill(router, "w1", 3)  # w1: 3, the least loaded, but a call of its own for brand there
     joined = router.route("brand")
     assert joined.worker == "w0"  # rides on the waiting request's call, within its share
+    assert joined.reason == "joined"
     assert parse_routing_key(joined.key)[0] == "brand"
 
 

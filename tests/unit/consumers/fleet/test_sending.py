@@ -39,7 +39,9 @@ def test_each_lane_names_its_plain_and_its_shard_topic() -> None:
 async def test_a_sharded_route_goes_to_the_shard_topic_and_no_view_to_the_plain_one() -> None:
     producer = Producer()
     router = FleetRouter(partitions=2, wall_ms=lambda: 1_000)
-    sender = lane_sender(producer, NAMES, "interactive", router)
+    seen: list[tuple[str, str]] = []
+    sender = lane_sender(producer, NAMES, "interactive", router,
+                         on_route=lambda lane, reason: seen.append((lane, reason)))
     await sender.send(request(0))  # no statuses yet: the plain voice_id, Kafka partitions
     lanes = {"interactive": LaneLoad(partitions=[0, 1], topic_partitions=2, shards=[0, 1, 2],
                                      shard_partitions=3)}
@@ -49,3 +51,5 @@ async def test_a_sharded_route_goes_to_the_shard_topic_and_no_view_to_the_plain_
     assert producer.sent == [("t.tts.requests.interactive", b"narrator", None),
                              ("t.tts.requests.interactive.shards", route.key.encode(),
                               route.partition)]
+    assert seen == [("interactive", "unrouted"), ("interactive", "home")]
+    assert sender.reasons == {"unrouted": 1, "home": 1}
