@@ -15,7 +15,9 @@ serve at one request a call.
   max_inflight 2, max_batch 8 -> Load routes each request as the gateway does
   (consumers.fleet: bounded loads over the workers' tts.fleet statuses, balance 1.25, and
   the gateway's failover: a request whose worker left the view unanswered is sent again)
-  -> answers read from `tts.results`, each one ending its count in the router.
+  -> answers read from `tts.results`, each one ending its count in the router; each
+  route's reason counted per level (`peers_vf_routes_<reason>` over the levels whose
+  builds are counted: `moved` is a route to a worker without the voice's profile).
 
 Per design: start, wait until ready (VoiceFactory: every worker assigned, and the router's
 view holding all of them) -> warm-up (WARM_S at 50 % load) -> per load level:
@@ -34,6 +36,7 @@ import signal
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,6 +58,7 @@ from bench.peerload import (
 from bench.processes import WorkerProcess
 from bench.readers import ResultLog
 from bench.workload import bench_text, voice_id, zipf_voices
+from consumers.fleet.router import ROUTE_REASONS
 from topics.events import SynthesisRequest
 
 N_VOICES = 1000
@@ -237,6 +241,8 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
             async def send(part: list[SynthesisRequest], rate: float, *,
                            kill_after_s: float | None = None,
                            kill: Callable[[], None] | None = None) -> dict[str, Any]:
+                assert load.sender is not None
+                reasons_before = Counter(load.sender.reasons)
                 run = asyncio.create_task(load.paced(part, rate))
                 if kill is not None and kill_after_s is not None:
                     await asyncio.sleep(kill_after_s)
@@ -255,6 +261,8 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
                                 for rid in ids - acked})
                 row = account({k: v for k, v in load.sent.items() if k in ids}, answers)
                 row["duplicates"] = duplicates
+                # why each request went where it did (a failover's re-send counts too)
+                row["reasons"] = dict(load.sender.reasons - reasons_before)
                 return row
 
             ready_s = time.monotonic() - started
@@ -280,6 +288,17 @@ async def run(ctx: BenchContext) -> Outcome:
 def _cpu_ms(result: dict[str, Any], key: str) -> float | None:
     ok = sum(r["ok"] for r in result["rows"])
     return round(1000 * result["cpu_s"][key] / ok, 2) if ok else None
+
+
+def route_reasons(rows: list[dict[str, Any]], up_to: float) -> dict[str, int]:
+    """`peers_vf_routes_<reason>`: the router's reasons over the levels whose profile builds
+    are counted (up to `up_to`); `moved` is the routes to a worker without the voice's
+    profile, the builds routing chose beside the first sightings every design pays."""
+    total: Counter[str] = Counter()
+    for row in rows:
+        if row["load"] <= up_to + 1e-9:
+            total.update(row.get("reasons", {}))
+    return {f"peers_vf_routes_{reason}": total[reason] for reason in ROUTE_REASONS}
 
 
 def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
@@ -313,6 +332,7 @@ def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
         else:
             figures["peers_vf_kill9_duplicates"] = r["kill"].get("duplicates")
             figures["peers_vf_worker_lifetime_cpu_ms_per_request"] = vf_worker_lifetime_ms
+            figures.update(route_reasons(r["rows"], p["always_up_to"]))
         summary_rows.append([
             design, figures[f"peers_{d}_throughput_at_p99_rps"],
             figures[f"peers_{d}_p99_ms_at_70"],

@@ -113,6 +113,7 @@ def test_outcome_writes_the_peers_keys_a_table_and_a_plot() -> None:
     assert f["peers_nginx_proxy_cpu_ms_per_request"] == 1.0
     assert f["peers_vf_cpu_ms_per_request"] == 15.0
     assert f["peers_vf_worker_lifetime_cpu_ms_per_request"] == 25.0
+    assert f["peers_vf_routes_home"] == 0 and "peers_nginx_routes_home" not in f
     assert all(k.startswith("peers_") for k in f)
     assert "| nginx |" in out.table and "| voicefactory |" in out.table
     assert any("non_idempotent" in n for n in out.notes)
@@ -124,6 +125,18 @@ def test_outcome_writes_the_peers_keys_a_table_and_a_plot() -> None:
         assert len(ax.get_lines()) == 5  # p99 + p50 per design, and the bound
     finally:
         plt.close(fig)
+
+
+def test_route_reasons_sum_over_the_levels_whose_builds_are_counted() -> None:
+    rows: list[dict[str, Any]] = [
+        {"load": 0.5, "reasons": {"home": 50, "copy": 40, "moved": 2}},
+        {"load": 1.1, "reasons": {"home": 30, "joined": 5, "moved": 1}},
+        {"load": 1.3, "reasons": {"moved": 9}},  # past always_up_to: builds not counted
+        {"load": 0.7}]  # a row from before reasons were kept
+    reasons = peers.route_reasons(rows, up_to=1.1)
+    assert reasons == {"peers_vf_routes_home": 80, "peers_vf_routes_copy": 40,
+                       "peers_vf_routes_held": 0, "peers_vf_routes_joined": 5,
+                       "peers_vf_routes_moved": 3, "peers_vf_routes_unrouted": 0}
 
 
 def test_the_runner_knows_peers_and_always_writes_its_keys_and_the_cpu_figure() -> None:
