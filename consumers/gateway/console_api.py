@@ -16,8 +16,9 @@ and what the replica knows about the fleet. All behind the guard's Bearer key, l
         the fleet's cache hit ratio and errors by code summed over the workers heard (since
         they started, and over the last 5 minutes: `RecentErrors`), the lag
         sampler's last sample per partition of tts.requests.interactive, this replica's
-        open streams and reply partitions, and its 4xx/5xx answers by route and status
-        (its own vf_gateway_requests_total): no Prometheus server needed.
+        open streams and reply partitions, its 4xx/5xx answers by route and status
+        (its own vf_gateway_requests_total) and the requests it produced by lane and route
+        reason (vf_gateway_routes_total): no Prometheus server needed.
 The JSON answers are msgspec types (`JobTimeline`, `Fleet`), encoded from them and
 published by consumers.gateway.openapi, like the answers of consumers.gateway.voices and
 consumers.gateway.jobs.
@@ -45,6 +46,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from consumers.clients.revisions import latest_finished
+from consumers.fleet.router import ROUTE_REASONS
 from consumers.fleet.summary import (
     CodeCount,
     FleetCache,
@@ -95,6 +97,12 @@ class ReplicaState(msgspec.Struct, kw_only=True):
     reply_partitions: list[int]
 
 
+class RouteCount(msgspec.Struct, kw_only=True):
+    lane: str  # batch, interactive
+    reason: str  # why the fleet router chose the worker: consumers.fleet.router.ROUTE_REASONS
+    count: int
+
+
 class ErrorCount(msgspec.Struct, kw_only=True):
     route: str
     status: int
@@ -116,6 +124,8 @@ class Fleet(msgspec.Struct, kw_only=True):
     # the workers' failed answers of the last `recent_window_s`, as this replica saw them
     recent_errors_by_code: list[CodeCount] = msgspec.field(default_factory=list)
     recent_window_s: int = 0
+    # this replica's requests produced since it started, by lane and route reason
+    routes: list[RouteCount] = msgspec.field(default_factory=list)
 
 
 RECENT_WINDOW_S = 300
@@ -281,6 +291,21 @@ async def timeline(request: Request) -> Response:
                              duration_s=event.duration_s, timeline=event.timeline))
 
 
+def routes_by_reason(gw: Gateway) -> list[RouteCount]:
+    """This replica's produced requests so far, by lane and route reason (its own
+    vf_gateway_routes_total), in lane order and ROUTE_REASONS' order."""
+    out = []
+    for family in gw.metrics.registry.collect():
+        if family.name != "vf_gateway_routes":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                out.append(RouteCount(lane=sample.labels["lane"], reason=sample.labels["reason"],
+                                      count=int(sample.value)))
+    order = {reason: i for i, reason in enumerate(ROUTE_REASONS)}
+    return sorted(out, key=lambda r: (r.lane, order.get(r.reason, len(order))))
+
+
 def responses_by_status(gw: Gateway) -> list[ErrorCount]:
     """This replica's 4xx and 5xx answers so far, by route and status, most first."""
     out = []
@@ -319,7 +344,7 @@ async def fleet(request: Request) -> Response:
                              reply_partitions=sorted(gw.router.partitions)),
         errors=responses_by_status(gw),
         recent_errors_by_code=recent_errors.observe(statuses),
-        recent_window_s=recent_errors.window_s))
+        recent_window_s=recent_errors.window_s, routes=routes_by_reason(gw)))
 
 
 def routes() -> list[Route]:

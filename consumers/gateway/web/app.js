@@ -606,8 +606,8 @@ async function fleetPage(live) {
   const body = el("div", { id: "f-body" }, el("p", {}, "Loading..."));
   main.replaceChildren(el("h1", {}, "Fleet"),
     el("p", {}, "What this gateway replica reads: the workers' statuses on tts.fleet (with "
-      + "their profile cache and error counts), the interactive lane's lag, and its own error "
-      + "answers. Refreshed every 2 s."), body);
+      + "their profile cache and error counts), where it routed requests and why, the "
+      + "interactive lane's lag, and its own error answers. Refreshed every 2 s."), body);
 
   async function refresh() {
     let f;
@@ -633,6 +633,11 @@ async function fleetPage(live) {
         lane(w, "interactive"), lane(w, "batch"), String(w.hot_voices),
         w.cache ? ratio(w.cache) : "not reported", `${w.age_s} s`]))
         : el("p", {}, f.view.available ? "No worker status on tts.fleet." : "No fleet view (routing by voice ID)."),
+      el("h2", {}, "Routes"),
+      f.routes.length ? table("Requests this replica produced, by lane and why the fleet "
+        + "router chose their worker (moved: a worker without the voice's profile)",
+      ["lane", "reason", "requests"], f.routes.map((r) => [r.lane, r.reason, String(r.count)]))
+        : el("p", { id: "f-routes" }, "None produced yet."),
       el("h2", {}, "Profile cache"),
       el("p", { id: "f-cache" }, `Fleet-wide hit ratio: ${ratio(f.cache)}`
         + (f.cache.hit_ratio === null ? "." : ` lookup(s) (${f.cache.store} loaded from the `

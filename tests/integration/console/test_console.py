@@ -473,6 +473,9 @@ def test_fleet_shows_the_worker_and_the_lag(browser: Browser,
     expect(codes.locator("tr", has=page.get_by_role("cell", name="engine_error", exact=True))
            ).to_contain_text(re.compile(r"engine_error\s*[1-9]"), timeout=10_000)
     expect(page.locator("#f-lag")).to_contain_text("request(s) behind", timeout=10_000)
+    # the speech requests this replica produced, by why the router chose their worker
+    routes = page.get_by_role("table", name=re.compile("why the fleet router chose"))
+    expect(routes).to_contain_text(re.compile(r"interactive\s*(home|unrouted)\s*[1-9]"))
     shot(page, "fleet")
     assert serious_violations(page) == []
     assert errors_of(page) == []

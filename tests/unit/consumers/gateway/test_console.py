@@ -242,6 +242,14 @@ def test_the_fleet_summary_without_a_view(http: TestClient, auth: dict[str, str]
     assert list(lag["partitions"]) == ["0", "1", "s0"]  # the plain lane's first
     assert {"route": "/v1/voices/{id}/reference", "status": 400, "count": 1} in \
         summary["errors"]
+    assert summary["routes"] == []  # nothing produced yet
+    for lane, reason in (("interactive", "moved"), ("interactive", "home"),
+                         ("batch", "copy"), ("interactive", "home")):
+        gateway.metrics.on_route(lane, reason)
+    assert http.get("/v1/fleet", headers=auth).json()["routes"] == [
+        {"lane": "batch", "reason": "copy", "count": 1},
+        {"lane": "interactive", "reason": "home", "count": 2},
+        {"lane": "interactive", "reason": "moved", "count": 1}]
     assert http.get("/v1/fleet").status_code == 401
 
 
