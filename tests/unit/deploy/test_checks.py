@@ -38,7 +38,8 @@ def test_promtool_rejects_a_broken_rule(checkout: Callable[[], runner.Layout]) -
 def test_promtool_rejects_a_bad_template_in_an_annotation(
         checkout: Callable[[], runner.Layout]) -> None:
     layout = checkout()
-    edit(layout.rules_file, "{{ $value | humanizePercentage }}", "{{ $value | nosuchfunc }}")
+    edit(layout.rules_file, "{{ $value | humanizePercentage }} of requests fail",
+         "{{ $value | nosuchfunc }} of requests fail")
     assert runner.check_promtool(layout)
 
 
@@ -70,7 +71,7 @@ def test_prometheus_rule_carries_every_alert(tools: None) -> None:
     assert alerts == {"VoiceFactoryLagGrowing", "VoiceFactoryPartitionStuck",
                       "VoiceFactoryNoReadyWorkers", "VoiceFactoryErrorRate",
                       "VoiceFactoryDLQRate", "VoiceFactoryRepeatedOOM",
-                      "VoiceFactoryJobEmitErrors"}
+                      "VoiceFactoryJobEmitErrors", "VoiceFactoryRoutesMoving"}
 
 
 # -- dashboard --------------------------------------------------------------------------------
