@@ -56,12 +56,15 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    if args.cluster and args.kafka_tmpfs:
+        print("--kafka-tmpfs is for the one-node stack, not --cluster", file=sys.stderr)
+        return EXIT_USAGE
     if args.cluster:
         return _dev_cluster(args)
     from deploy.local import stack
 
     if args.action == "up":
-        stack.up()
+        stack.up(kafka_tmpfs=args.kafka_tmpfs)
     elif args.action == "down":
         stack.down()
     elif args.action == "status":
@@ -403,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--role", default="admin",
                      choices=["admin", "gateway", "worker", "aggregator"],
                      help="env --cluster: whose credentials to print (default admin)")
+    dev.add_argument("--kafka-tmpfs", action="store_true",
+                     help="up: keep the broker's data in /dev/shm (lost when the machine "
+                          "restarts), linked from <state dir>/kafka/data; later `up`s keep "
+                          "it there. For benchmarks on a slow disk (docs/benchmarks.md)")
     dev.set_defaults(func=cmd_dev)
 
     topics = common(sub.add_parser("topics", help="create, verify or grow the contract's "

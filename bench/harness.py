@@ -253,7 +253,8 @@ class Load:
         self._pending: set[asyncio.Future[Any]] = set()
 
     async def __aenter__(self) -> Load:
-        self._producer = make_producer(self._settings.kafka, linger_ms=1)
+        # No linger, as the gateway's producer: a paced request leaves when it is sent.
+        self._producer = make_producer(self._settings.kafka, linger_ms=0)
         await self._producer.start()
         if self._routed:
             router, self._view = await fleet_router(self._settings, self._producer)

@@ -2,10 +2,11 @@
 
 up: install (cached) -> format KRaft storage once -> start Kafka and the S3 server as
 detached processes with pid files under `<state dir>/run/` -> wait until both answer ->
-create the DESIGN.md topics and the bucket. down: stop exactly the pids recorded (after
-checking the process still is ours), wait, escalate to SIGKILL. Everything binds to
-127.0.0.1. The state dir is `consumers.settings.state_dir()`: VF_STATE_DIR, else the `.vf/`
-of the checkout the command runs in, else the per-user state folder.
+create the DESIGN.md topics and the bucket (`up --kafka-tmpfs`: the broker's log dir in RAM,
+kafka_data_dir). down: stop exactly the pids recorded (after checking the process still is
+ours), wait, escalate to SIGKILL. Everything binds to 127.0.0.1. The state dir is
+`consumers.settings.state_dir()`: VF_STATE_DIR, else the `.vf/` of the checkout the command
+runs in, else the per-user state folder.
 
 The module also implements `bench.stack.LocalStack` (all_answering, ensure_up,
 broker_started_here, restart_broker, store_started_here, kill_store), which the CLI hands
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import io
 import os
 import signal
@@ -38,6 +40,7 @@ S3_PORT = 9000
 S3_ACCESS_KEY = "voicefactory"
 S3_SECRET_KEY = "voicefactory-secret"  # noqa: S105 - loopback-only dev credential
 _HERE = Path(__file__).resolve().parent
+TMPFS = Path("/dev/shm")  # noqa: S108 - a per-user, per-checkout folder is made inside
 
 
 class StackError(RuntimeError):
@@ -116,10 +119,10 @@ def _alive_since(pid: int, started: int) -> bool:
     return state is not None and state[1] == started and state[0] not in ("Z", "X", "x")
 
 
-def up(out: TextIO = sys.stdout, timeout_s: float = 120.0) -> None:
+def up(out: TextIO = sys.stdout, timeout_s: float = 120.0, *, kafka_tmpfs: bool = False) -> None:
     libs = install.ensure_kafka(out)
     gateway = install.ensure_versitygw(out)
-    _start_kafka(libs, out)
+    _start_kafka(libs, out, kafka_tmpfs)
     _start_s3(gateway, out)
     deadline = time.monotonic() + timeout_s
     for service in SERVICES:
@@ -163,13 +166,46 @@ def _check_port_free(service: Service) -> None:
                          f"start; stop it or free the port before `dev up`")
 
 
-def _start_kafka(libs: Path, out: TextIO) -> None:
+def kafka_data_dir(*, tmpfs: bool, out: TextIO) -> Path:
+    """The broker's log.dirs: `<state dir>/kafka/data`, or with `tmpfs` a link there to a
+    folder of this user's in /dev/shm, kept by later `up`s with or without the flag (until
+    the machine restarts, which empties it: the broker then starts on a fresh store).
+
+    Why RAM: on a disk whose reads are slow (the 2-core VMs the benchmarks ran on), the first
+    append to each new 4-KB page of a partition's `.index` / `.timeindex` takes a major page
+    fault, about 45 ms, and the producer's next sends wait behind it; a bench on fresh topics
+    pays it on every partition (docs/benchmarks.md, "Machine and conditions")."""
+    data = state_dir() / "kafka" / "data"
+    if data.is_symlink():
+        target = data.readlink()
+        if not target.is_dir():
+            print(f"kafka: {target} is gone (the machine restarted?): a fresh store there",
+                  file=out)
+            target.mkdir(parents=True, mode=0o700)
+        return data
+    if not tmpfs:
+        return data
+    if data.exists():
+        raise StackError(f"Kafka's data is on disk in {data}; `voicefactory dev down` and "
+                         f"delete that folder (its topics go with it) to start it on tmpfs")
+    if not TMPFS.is_dir():
+        raise StackError(f"--kafka-tmpfs needs {TMPFS} (a tmpfs); this machine has none")
+    tag = hashlib.sha256(str(state_dir().resolve()).encode()).hexdigest()[:10]
+    target = TMPFS / f"voicefactory-{os.getuid()}-{tag}" / "kafka-data"
+    target.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.symlink_to(target)
+    print(f"kafka: data in RAM ({target}, linked from {data})", file=out)
+    return data
+
+
+def _start_kafka(libs: Path, out: TextIO, tmpfs: bool = False) -> None:
     if KAFKA.pid() is not None:
         print(f"kafka: already running (pid {KAFKA.pid()})", file=out)
         return
     _check_port_free(KAFKA)
     root = state_dir() / "kafka"
-    data = root / "data"
+    data = kafka_data_dir(tmpfs=tmpfs, out=out)
     props = root / "server.properties"
     root.mkdir(parents=True, exist_ok=True)
     props.write_text(_server_properties(data))

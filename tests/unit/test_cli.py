@@ -39,6 +39,11 @@ def test_dev_env_prints_exports(capsys: pytest.CaptureFixture[str]) -> None:
     assert "export VF_KAFKA_BOOTSTRAP=127.0.0.1:9092" in capsys.readouterr().out
 
 
+def test_dev_kafka_tmpfs_is_refused_for_the_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    assert voicefactory.main(["dev", "up", "--cluster", "--kafka-tmpfs"]) == 2
+    assert "--kafka-tmpfs is for the one-node stack" in capsys.readouterr().err
+
+
 def test_a_bad_setting_names_the_variable_and_the_value_and_exits_1(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("VF_EMPTY_CACHE", "sometimes")

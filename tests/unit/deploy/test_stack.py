@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import time
@@ -84,3 +85,35 @@ def test_state_follows_the_folder_run_from_not_the_package(
     checkout = Path(stack.__file__).resolve().parents[2]
     monkeypatch.chdir(checkout / "docs")
     assert stack.S3.log_file == checkout / ".vf" / "s3" / "s3.log"
+
+
+def test_kafka_tmpfs_links_the_data_dir_into_ram_and_later_ups_keep_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(stack, "TMPFS", tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    out = io.StringIO()
+    assert stack.kafka_data_dir(tmpfs=False, out=out) == tmp_path / "state/kafka/data"
+    data = stack.kafka_data_dir(tmpfs=True, out=out)
+    assert data.is_symlink() and data.resolve().is_relative_to(tmp_path / "shm")
+    assert "data in RAM" in out.getvalue()
+    # A later `up` without the flag follows the link; an emptied tmpfs (a restart) is a
+    # fresh store, said so.
+    target = data.resolve()
+    target.rmdir()
+    assert stack.kafka_data_dir(tmpfs=False, out=out) == data
+    assert target.is_dir() and "is gone" in out.getvalue()
+
+
+def test_kafka_tmpfs_refuses_to_hide_a_store_already_on_disk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(stack, "TMPFS", tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    (tmp_path / "kafka" / "data").mkdir(parents=True)
+    with pytest.raises(stack.StackError, match=r"on disk in .*dev down"):
+        stack.kafka_data_dir(tmpfs=True, out=io.StringIO())
+    monkeypatch.setattr(stack, "TMPFS", tmp_path / "none")
+    (tmp_path / "kafka" / "data").rmdir()
+    with pytest.raises(stack.StackError, match=r"needs .*none"):
+        stack.kafka_data_dir(tmpfs=True, out=io.StringIO())
