@@ -122,7 +122,7 @@ def _alive_since(pid: int, started: int) -> bool:
 def up(out: TextIO = sys.stdout, timeout_s: float = 120.0, *, kafka_tmpfs: bool = False) -> None:
     libs = install.ensure_kafka(out)
     gateway = install.ensure_versitygw(out)
-    _start_kafka(libs, out, kafka_tmpfs)
+    _start_kafka(libs, out, tmpfs=kafka_tmpfs)
     _start_s3(gateway, out)
     deadline = time.monotonic() + timeout_s
     for service in SERVICES:
@@ -199,7 +199,7 @@ def kafka_data_dir(*, tmpfs: bool, out: TextIO) -> Path:
     return data
 
 
-def _start_kafka(libs: Path, out: TextIO, tmpfs: bool = False) -> None:
+def _start_kafka(libs: Path, out: TextIO, *, tmpfs: bool) -> None:
     if KAFKA.pid() is not None:
         print(f"kafka: already running (pid {KAFKA.pid()})", file=out)
         return
