@@ -211,7 +211,7 @@ async def test_more_workers_than_partitions_then_the_lanes_grow(
             await until(lambda: len(router._status) == 3 and len(router.workers("batch")) == 2,
                         60, "3 statuses, 2 owners")
             first = lines(voice, 20)
-            await send_all(narrow, first, balance=1.05)
+            await send_all(narrow, first, balance=1.05, workers=2)
             answered = await wait_for_answers(narrow, {r.request_id for r in first}, 60)
             assert len({r.worker for r in answered}) == 2  # the third has no partition
             assert await grow_request_lanes(admin, prefix=prefix, partitions=6,
@@ -220,7 +220,7 @@ async def test_more_workers_than_partitions_then_the_lanes_grow(
             await until(lambda: len(router.workers("batch")) == 3, 60,
                         "the third worker owns a partition after the growth")
             second = lines(voice, 45)
-            await send_all(narrow, second, balance=1.05)
+            await send_all(narrow, second, balance=1.05, workers=3)
             answered = await wait_for_answers(narrow, {r.request_id for r in second}, 90)
             assert len({r.worker for r in answered
                         if r.request_id in {q.request_id for q in second}}) == 3
