@@ -9,7 +9,9 @@ connection error, a timeout, any other status). account() turns (sent, answers) 
 row: lost = sent - answered (error or nothing), latency percentiles over ok answers,
 throughput = ok answers / (last ok answer - first send). throughput_at_p99() picks, from
 rows at rising offered loads, the highest throughput whose p99 stays within a bound.
-profile_counts() reads `vf_profile_cache_total{result}` from Prometheus text.
+profile_counts() reads `vf_profile_cache_total{result}` from Prometheus text. vf_path()
+splits VoiceFactory's answers (only its results carry the stage timings a worker measured
+from the request record on) into the way to the call, any wait for a slot, and the way back.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,3 +138,27 @@ async def open_loop(requests: Sequence[SynthesisRequest], rate: float,
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(request)))
     await asyncio.gather(*tasks)
+
+
+# A record's way to its worker takes a few ms (p99 ~5 ms on a quiet machine); a `queued`
+# past this is a wait for a device slot at the worker the router chose.
+WAITED_MS = 20.0
+
+
+def vf_path(answers: Iterable[tuple[float, float, Mapping[str, float]]]) -> dict[str, Any]:
+    """Where a VoiceFactory answer's time went besides the engine, over (arrival, result
+    produced at, the result's timings_ms) of ok answers: `queued` (request record ->
+    its call starts: the Kafka hop, the fetch, any wait for a slot), `back` (result record
+    -> the driver read it), and how many waited for a slot (queued > WAITED_MS)."""
+    queued, back = [], []
+    for arrival, produced_at, timings in answers:
+        queued.append(timings.get("queued", 0.0))
+        back.append(max(0.0, (arrival - produced_at) * 1000))
+    if not queued:
+        return {"queued_p50_ms": None, "queued_p99_ms": None, "back_p50_ms": None,
+                "back_p99_ms": None, "waited": 0}
+    return {"queued_p50_ms": round(percentile(queued, 50), 1),
+            "queued_p99_ms": round(percentile(queued, 99), 1),
+            "back_p50_ms": round(percentile(back, 50), 1),
+            "back_p99_ms": round(percentile(back, 99), 1),
+            "waited": sum(1 for q in queued if q > WAITED_MS)}

@@ -17,7 +17,10 @@ serve at one request a call.
   the gateway's failover: a request whose worker left the view unanswered is sent again)
   -> answers read from `tts.results`, each one ending its count in the router; each
   route's reason counted per level (`peers_vf_routes_<reason>` over the levels whose
-  builds are counted: `moved` is a route to a worker without the voice's profile).
+  builds are counted: `moved` is a route to a worker without the voice's profile); and
+  per level where its time went besides the engine (vf_path: `queued` from the request
+  record to its call, `back` from the result record to the driver, how many waited for
+  a slot), `peers_vf_{queued,back}_p{50,99}_ms_at_70` and `peers_vf_waited_at_70`.
 
 Per design: start, wait until ready (VoiceFactory: every worker assigned, and the router's
 view holding all of them) -> warm-up (WARM_S at 50 % load) -> per load level:
@@ -48,12 +51,14 @@ from bench.peerload import (
     ERROR,
     FAILED,
     OK,
+    WAITED_MS,
     Answer,
     HttpLoad,
     account,
     builds,
     profile_counts,
     throughput_at_p99,
+    vf_path,
 )
 from bench.processes import WorkerProcess
 from bench.readers import ResultLog
@@ -263,6 +268,9 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
                 row["duplicates"] = duplicates
                 # why each request went where it did (a failover's re-send counts too)
                 row["reasons"] = dict(load.sender.reasons - reasons_before)
+                row["path"] = vf_path((t, results.produced_at[rid], res.timings_ms or {})
+                                      for rid, (t, res) in results.first.items()
+                                      if rid in ids and res.status == "succeeded")
                 return row
 
             ready_s = time.monotonic() - started
@@ -333,6 +341,10 @@ def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
             figures["peers_vf_kill9_duplicates"] = r["kill"].get("duplicates")
             figures["peers_vf_worker_lifetime_cpu_ms_per_request"] = vf_worker_lifetime_ms
             figures.update(route_reasons(r["rows"], p["always_up_to"]))
+            path = at70.get("path", {}) if at70 else {}
+            figures.update({f"peers_vf_{k}_at_70": path.get(k) for k in
+                            ("queued_p50_ms", "queued_p99_ms", "back_p50_ms", "back_p99_ms",
+                             "waited")})
         summary_rows.append([
             design, figures[f"peers_{d}_throughput_at_p99_rps"],
             figures[f"peers_{d}_p99_ms_at_70"],
@@ -356,6 +368,18 @@ def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
           row["ok"], row["failed"], row["lost"], row["throughput_rps"], row["p50_ms"],
           row["p99_ms"]]
          for design in DESIGNS for row in [*results[design]["rows"], results[design]["kill"]]])
+    vf_rows = [row for row in [*results["voicefactory"]["rows"], results["voicefactory"]["kill"]]
+               if "path" in row]
+    if vf_rows:
+        table += ("\n\nVoiceFactory's path besides the engine (queued: request record -> its "
+                  "call starts, the Kafka hop and any wait for a slot; back: result record -> "
+                  f"read by the driver; waited: queued over {WAITED_MS:.0f} ms):\n\n") + md_table(
+            ["load", "ok", "queued p50 ms", "queued p99 ms", "back p50 ms", "back p99 ms",
+             "waited for a slot"],
+            [[f"{row['load']:.0%}" + (" (kill run)" if row.get("name") == "kill" else ""),
+              row["ok"], row["path"]["queued_p50_ms"], row["path"]["queued_p99_ms"],
+              row["path"]["back_p50_ms"], row["path"]["back_p99_ms"], row["path"]["waited"]]
+             for row in vf_rows])
     notes = [
         f"nginx: least_conn over {PROCESSES} model servers, keepalive {16} to the upstreams, "
         f"proxy_next_upstream {NEXT_UPSTREAM}, proxy_next_upstream_tries "

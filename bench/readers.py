@@ -84,6 +84,9 @@ class ResultLog(TopicReader):
         super().__init__(settings)
         self.arrivals: list[tuple[float, SynthesisResult]] = []
         self.first: dict[str, tuple[float, SynthesisResult]] = {}
+        # request_id -> when its first answer was produced (the record's timestamp, s): the
+        # arrival minus this is the answer's way back through Kafka
+        self.produced_at: dict[str, float] = {}
         self._on_answer = on_answer  # a routed Load's done(): the answer is in
 
     def take(self, rec: ConsumerRecord[bytes, bytes], now: float) -> None:
@@ -94,6 +97,7 @@ class ResultLog(TopicReader):
             if self._on_answer is not None:
                 self._on_answer(result.request_id)
         self.first.setdefault(result.request_id, (now, result))
+        self.produced_at.setdefault(result.request_id, rec.timestamp / 1000)
 
     @property
     def answered(self) -> int:

@@ -15,6 +15,7 @@ from bench.peerload import (
     profile_counts,
     spilled_count,
     throughput_at_p99,
+    vf_path,
 )
 
 matplotlib.use("Agg")
@@ -125,6 +126,40 @@ def test_outcome_writes_the_peers_keys_a_table_and_a_plot() -> None:
         assert len(ax.get_lines()) == 5  # p99 + p50 per design, and the bound
     finally:
         plt.close(fig)
+
+
+def test_vf_path_splits_the_way_there_a_wait_for_a_slot_and_the_way_back() -> None:
+    # (arrival, result produced at, timings): 97 straight through, 3 that waited at home
+    answers = [(10.0 + i + 0.002, 10.0 + i, {"queued": 3.0, "synthesis": 300.0})
+               for i in range(97)]
+    answers += [(50.0 + i + 0.004, 50.0 + i, {"queued": 150.0 + i}) for i in range(3)]
+    path = vf_path(answers)
+    assert path["waited"] == 3  # queued over WAITED_MS; the Kafka hop alone is not a wait
+    assert path["queued_p50_ms"] == 3.0 and path["queued_p99_ms"] == 151.0
+    assert path["back_p50_ms"] == 2.0 and 2.0 <= path["back_p99_ms"] <= 4.0
+    # a result the clock says came back before it was produced (two hosts' clocks) counts 0
+    assert vf_path([(1.0, 1.5, {"queued": 1.0})])["back_p50_ms"] == 0.0
+    assert vf_path([]) == {"queued_p50_ms": None, "queued_p99_ms": None,
+                           "back_p50_ms": None, "back_p99_ms": None, "waited": 0}
+
+
+def test_outcome_reports_the_vf_path_at_70_and_per_level() -> None:
+    vf = _result([400.0, 600.0, 900.0], 0)
+    for row in [*vf["rows"], vf["kill"]]:
+        row["path"] = {"queued_p50_ms": 2.5 * row["load"], "queued_p99_ms": 200.0,
+                       "back_p50_ms": 1.9, "back_p99_ms": 4.0, "waited": 7}
+    out = peers.outcome({"nginx": _result([500.0, 800.0, 2500.0], 0), "voicefactory": vf},
+                        peers.plan(quick=True))
+    f = out.figures
+    assert f["peers_vf_queued_p50_ms_at_70"] == 1.75 and f["peers_vf_waited_at_70"] == 7
+    assert f["peers_vf_back_p99_ms_at_70"] == 4.0 and "peers_nginx_waited_at_70" not in f
+    assert "waited for a slot" in out.table and "| 70% (kill run) |" in out.table
+    # runs without the split (nginx's rows never have one) leave the keys null
+    bare = peers.outcome({"nginx": _result([500.0, 800.0, 2500.0], 0),
+                          "voicefactory": _result([400.0, 600.0, 900.0], 0)},
+                         peers.plan(quick=True))
+    assert bare.figures["peers_vf_waited_at_70"] is None
+    assert "waited for a slot" not in bare.table
 
 
 def test_route_reasons_sum_over_the_levels_whose_builds_are_counted() -> None:
