@@ -143,20 +143,20 @@ async def open_loop(requests: Sequence[SynthesisRequest], rate: float,
 # A record's way to its worker takes a few ms (p99 ~5 ms on a quiet machine); a `queued`
 # past this is a wait for a device slot at the worker the router chose.
 WAITED_MS = 20.0
+PATH_KEYS = ("queued_p50_ms", "queued_p99_ms", "back_p50_ms", "back_p99_ms", "waited")
 
 
 def vf_path(answers: Iterable[tuple[float, float, Mapping[str, float]]]) -> dict[str, Any]:
     """Where a VoiceFactory answer's time went besides the engine, over (arrival, result
     produced at, the result's timings_ms) of ok answers: `queued` (request record ->
     its call starts: the Kafka hop, the fetch, any wait for a slot), `back` (result record
-    -> the driver read it), and how many waited for a slot (queued > WAITED_MS)."""
+    -> the driver read it), and how many waited for a slot (queued > WAITED_MS): PATH_KEYS."""
     queued, back = [], []
     for arrival, produced_at, timings in answers:
         queued.append(timings.get("queued", 0.0))
         back.append(max(0.0, (arrival - produced_at) * 1000))
     if not queued:
-        return {"queued_p50_ms": None, "queued_p99_ms": None, "back_p50_ms": None,
-                "back_p99_ms": None, "waited": 0}
+        return {**dict.fromkeys(PATH_KEYS), "waited": 0}
     return {"queued_p50_ms": round(percentile(queued, 50), 1),
             "queued_p99_ms": round(percentile(queued, 99), 1),
             "back_p50_ms": round(percentile(back, 50), 1),

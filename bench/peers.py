@@ -51,6 +51,7 @@ from bench.peerload import (
     ERROR,
     FAILED,
     OK,
+    PATH_KEYS,
     WAITED_MS,
     Answer,
     HttpLoad,
@@ -268,9 +269,9 @@ async def _voicefactory(ctx: BenchContext, p: dict[str, Any],
                 row["duplicates"] = duplicates
                 # why each request went where it did (a failover's re-send counts too)
                 row["reasons"] = dict(load.sender.reasons - reasons_before)
-                row["path"] = vf_path((t, results.produced_at[rid], res.timings_ms or {})
-                                      for rid, (t, res) in results.first.items()
-                                      if rid in ids and res.status == "succeeded")
+                row["path"] = vf_path((a.at, results.produced_at[rid],
+                                       results.first[rid][1].timings_ms or {})
+                                      for rid, a in answers.items() if a.verdict == OK)
                 return row
 
             ready_s = time.monotonic() - started
@@ -342,9 +343,7 @@ def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
             figures["peers_vf_worker_lifetime_cpu_ms_per_request"] = vf_worker_lifetime_ms
             figures.update(route_reasons(r["rows"], p["always_up_to"]))
             path = at70.get("path", {}) if at70 else {}
-            figures.update({f"peers_vf_{k}_at_70": path.get(k) for k in
-                            ("queued_p50_ms", "queued_p99_ms", "back_p50_ms", "back_p99_ms",
-                             "waited")})
+            figures.update({f"peers_vf_{k}_at_70": path.get(k) for k in PATH_KEYS})
         summary_rows.append([
             design, figures[f"peers_{d}_throughput_at_p99_rps"],
             figures[f"peers_{d}_p99_ms_at_70"],
@@ -377,9 +376,7 @@ def outcome(results: dict[str, dict[str, Any]], p: dict[str, Any], *,
             ["load", "ok", "queued p50 ms", "queued p99 ms", "back p50 ms", "back p99 ms",
              "waited for a slot"],
             [[f"{row['load']:.0%}" + (" (kill run)" if row.get("name") == "kill" else ""),
-              row["ok"], row["path"]["queued_p50_ms"], row["path"]["queued_p99_ms"],
-              row["path"]["back_p50_ms"], row["path"]["back_p99_ms"], row["path"]["waited"]]
-             for row in vf_rows])
+              row["ok"], *(row["path"][k] for k in PATH_KEYS)] for row in vf_rows])
     notes = [
         f"nginx: least_conn over {PROCESSES} model servers, keepalive {16} to the upstreams, "
         f"proxy_next_upstream {NEXT_UPSTREAM}, proxy_next_upstream_tries "
