@@ -10,7 +10,8 @@ seconds, where the real bench (bench/peers.py) takes half an hour of a quiet mac
        or "ideal" (a yardstick no real router reaches: it knows every process's load and
        cache exactly; a voice no process holds goes to the least loaded, a held one to its
        least loaded holder unless that has `home_queue` or more waiting beyond its slots and
-       some process has a slot free, where it moves)
+       some process has a slot free, where it moves; with `wait_ms` it instead waits at a
+       full holder whose next call ends within wait_ms, and moves otherwise)
     -> PROCESSES processes x SLOTS slots: a free slot takes the queue whose oldest request is
        oldest; fleet workers take up to MAX_BATCH of that voice as one call, topped up from
        the other voices' queues, oldest first (VoiceBatcher mixing: the bench engine is a
@@ -69,9 +70,11 @@ class _Run:
     """One design over the trace: arrivals routed, calls started and ended in time order."""
 
     def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None,
-                 mix: bool = True, ideal: int | None = None) -> None:
+                 mix: bool = True, ideal: int | None = None,
+                 wait_ms: float | None = None) -> None:
         self.batch_max = 1 if design == "least_conn" else MAX_BATCH
         self.ideal = ideal  # the ideal router's home queue; None: another design
+        self.wait_s = None if wait_ms is None else wait_ms / 1000  # the ideal's wait budget
         self.mix = mix
         self.level_of = levels  # request index -> its level
         self.router = router
@@ -119,9 +122,21 @@ class _Run:
         if not holders:
             return anywhere  # a first sighting builds wherever it goes
         holder = least(holders)
-        if self.inflight[holder] < SLOTS + home_queue or self.inflight[anywhere] >= SLOTS:
-            return holder
-        return anywhere
+        if self.inflight[anywhere] >= SLOTS:
+            return holder  # no slot free anywhere: moving would only add a build
+        if self.wait_s is not None:
+            return holder if self.slot_free_in(holder) <= self.wait_s else anywhere
+        return holder if self.inflight[holder] < SLOTS + home_queue else anywhere
+
+    def slot_free_in(self, w: int) -> float:
+        """Seconds until process w can start a call for a request sent now: 0 with a slot
+        free; else until its first running call ends, when everything waiting there (up to
+        a batch) starts with it: a mixing worker's next call takes them all."""
+        if self.procs[w].running < SLOTS:
+            return 0.0
+        if self.procs[w].waiting >= self.batch_max:
+            return math.inf  # the next call is full already
+        return min(end for end, proc, _ in self.ends if proc == w) - self.now
 
     def end_calls(self, until: float = math.inf) -> None:
         while self.ends and self.ends[0][0] <= until:
@@ -175,10 +190,13 @@ class _Run:
 
 def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
              home_queue: int = HOME_QUEUE, balance: float = 1.25,
-             copy_share: float = COPY_SHARE, mix: bool = True) -> dict[str, Any]:
+             copy_share: float = COPY_SHARE, mix: bool = True,
+             wait_ms: float | None = None) -> dict[str, Any]:
     """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
+    if wait_ms is not None and design != "ideal":
+        raise ValueError("wait_ms is the ideal router's wait budget: design must be ideal")
     every = slices(plan(quick))  # the whole plan: the trace is cut the way the bench cuts it
     parts = [(name, load, count) for name, load, count in every
              if name != "kill" and (name == "warm" or load <= max_load)]
@@ -194,7 +212,7 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
         schedule += [(start + k / rate, name) for k in range(count)]
         start += count / rate
     run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router, mix,
-               ideal=home_queue if design == "ideal" else None)
+               ideal=home_queue if design == "ideal" else None, wait_ms=wait_ms)
     for i, (at, _) in enumerate(schedule):
         clock[0] = at
         run.arrive(at, i, voices[i])
@@ -210,9 +228,42 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
                        **run.builds.get(name, {"first": 0, "moved": 0})})
     counted = [lv for lv in levels if lv["level"] != "warm" and lv["load"] <= COUNTED_UP_TO]
     return {"design": design, "home_queue": home_queue, "balance": balance,
-            "copy_share": copy_share, "mix": mix, "levels": levels,
+            "copy_share": copy_share, "mix": mix, "wait_ms": wait_ms, "levels": levels,
             "builds": sum(lv["first"] + lv["moved"] for lv in counted),
             "first_sightings": sum(lv["first"] for lv in counted)}
+
+
+FRONTIER_WAITS_MS = (0.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0)
+
+
+def frontier(*, quick: bool = False, max_load: float = 1.5,
+             waits_ms: tuple[float, ...] = FRONTIER_WAITS_MS) -> dict[str, Any]:
+    """The ideal router at each wait budget beside least_conn: what any rule of the kind
+    "wait at most W ms for a slot where the profile is, else build it where a slot is
+    free" can reach on this trace, however well it knows the fleet."""
+    nginx = simulate("least_conn", quick=quick, max_load=max_load)
+    rows = [simulate("ideal", quick=quick, max_load=max_load, wait_ms=w) for w in waits_ms]
+    return {"least_conn": nginx, "ideal": rows}
+
+
+def frontier_table(out: dict[str, Any]) -> str:
+    nginx = out["least_conn"]
+    shown = [lv["level"] for lv in nginx["levels"]
+             if lv["level"] != "warm" and lv["load"] <= 1.0]
+    loads = {lv["level"]: f"{lv['load']:.0%}" for lv in nginx["levels"]}
+    head = ("| router | " + " | ".join(f"p99 at {loads[name]}" for name in shown)
+            + " | builds | builds / least_conn |")
+    lines = [head, "|" + "---|" * (len(shown) + 3)]
+
+    def row(name: str, result: dict[str, Any]) -> str:
+        p99 = {lv["level"]: lv["p99_ms"] for lv in result["levels"]}
+        return (f"| {name} | " + " | ".join(f"{p99[level]:.0f}" for level in shown)
+                + f" | {result['builds']} | {result['builds'] / nginx['builds']:.2f}x |")
+
+    lines.append(row("least_conn (nginx)", nginx))
+    for result in out["ideal"]:
+        lines.append(row(f"ideal, wait <= {result['wait_ms']:.0f} ms", result))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -232,11 +283,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--one-voice-calls", action="store_true",
                         help="fleet calls hold one voice's requests (an engine that cannot "
                              "mix voices), not topped up from other voices")
+    parser.add_argument("--wait-ms", type=float, default=None,
+                        help="ideal only: wait at a full holder whose next call ends within "
+                             "this many ms, move otherwise (instead of --home-queue)")
+    parser.add_argument("--frontier", action="store_true",
+                        help="the ideal router over a sweep of wait budgets: p99 per level "
+                             "and builds against least_conn's, as a markdown table")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
+    if args.frontier:
+        print(frontier_table(frontier(quick=args.quick, max_load=args.max_load)))
+        return
     out = simulate(args.design, quick=args.quick, max_load=args.max_load,
                    home_queue=args.home_queue, balance=args.balance,
-                   copy_share=args.copy_share, mix=not args.one_voice_calls)
+                   copy_share=args.copy_share, mix=not args.one_voice_calls,
+                   wait_ms=args.wait_ms)
     if args.json:
         print(json.dumps(out, indent=2))
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.peersim import BASE_S, PER_ITEM_S, main, simulate
+from bench.peersim import BASE_S, PER_ITEM_S, frontier, main, simulate
 
 
 def levels(out: dict[str, object]) -> dict[str, dict[str, float]]:
@@ -67,3 +67,35 @@ def test_the_ideal_router_moves_only_when_every_holder_is_full_and_a_slot_is_fre
     patient = simulate("ideal", max_load=0.7, home_queue=6)
     assert patient["builds"] <= ideal["builds"]
     assert levels(patient)["load0.7"]["p99_ms"] > one_call_ms
+
+
+def test_a_wait_budget_trades_the_ideal_routers_moves_for_waits_of_at_most_that_long() -> None:
+    one_call_ms = (BASE_S + PER_ITEM_S) * 1000
+    never = simulate("ideal", max_load=0.7, wait_ms=0)
+    short = simulate("ideal", max_load=0.7, wait_ms=100)
+    always = simulate("ideal", max_load=0.7, wait_ms=one_call_ms)
+    assert always["builds"] == always["first_sightings"]  # a slot always frees in one call
+    assert never["builds"] > short["builds"] > always["builds"]
+    p99 = [levels(r)["load0.7"]["p99_ms"] for r in (never, short, always)]
+    assert p99[0] == pytest.approx(one_call_ms)
+    assert p99[0] < p99[1] <= one_call_ms + 100 < p99[2]
+    with pytest.raises(ValueError, match="design must be ideal"):
+        simulate("fleet", wait_ms=50)
+
+
+def test_the_frontier_has_no_wait_budget_with_nginxs_p99_at_70_and_0_6x_its_builds(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # docs/benchmarks.md section 8 rests on this: on the peers trace, the model gives no
+    # rule of the kind "wait up to W ms where the profile is" both bars of issue 20 item 3.
+    out = frontier(max_load=1.1)
+    nginx = out["least_conn"]
+    p99_nginx = levels(nginx)["load0.7"]["p99_ms"]
+    both = [r["wait_ms"] for r in out["ideal"]
+            if levels(r)["load0.7"]["p99_ms"] <= p99_nginx
+            and r["builds"] <= 0.6 * nginx["builds"]]
+    assert both == []
+    assert any(levels(r)["load0.7"]["p99_ms"] <= p99_nginx for r in out["ideal"])
+    assert any(r["builds"] <= 0.6 * nginx["builds"] for r in out["ideal"])
+    main(["--frontier", "--quick", "--max-load", "0.7"])
+    table = capsys.readouterr().out
+    assert "| ideal, wait <= 100 ms |" in table and "p99 at 70%" in table
