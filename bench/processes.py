@@ -59,9 +59,12 @@ class InProcessWorker:
         if self.task is not None:
             await asyncio.wait_for(self.task, timeout_s)
 
-    def assignment(self) -> set[int]:
+    def assignment(self, topic: str) -> set[int]:
+        """The partitions of `topic` this worker owns now. Per topic: one group reads four
+        request lanes (plain and shard pairs), whose partition numbers overlap."""
         consumer = self.worker._consumer
-        return {tp.partition for tp in consumer.assignment()} if consumer else set()
+        owned = consumer.assignment() if consumer else set()
+        return {tp.partition for tp in owned if tp.topic == topic}
 
 
 class WorkerProcess:

@@ -30,7 +30,7 @@ from bench.stats import percentile, recovery_time
 from bench.workload import requests
 from consumers.settings import Settings
 from topics.partitioning import partition_for
-from topics.specs import REQUESTS
+from topics.specs import REQUESTS, topic_names
 
 VOICES = [f"voice-{i:04d}" for i in range(200)]
 WORKERS = 4
@@ -50,34 +50,44 @@ def moved_fraction(before: dict[int, int], snapshots: list[dict[int, int]],
     return round(moved / len(voices), 4)
 
 
-def _owners(workers: list[InProcessWorker]) -> dict[int, int]:
-    return {p: i for i, w in enumerate(workers) for p in w.assignment()}
+def _owners(workers: list[InProcessWorker], topic: str) -> dict[int, int]:
+    return {p: i for i, w in enumerate(workers) for p in w.assignment(topic)}
 
 
-async def _watch(workers: list[InProcessWorker], snapshots: list[dict[int, int]]) -> None:
-    """Owner of every partition every 0.1 s; `workers[0]` is replaced on restart, so the
-    list is read afresh each time."""
+async def _watch(workers: list[InProcessWorker], topic: str,
+                 snapshots: list[dict[int, int]]) -> None:
+    """Owner of every partition of `topic` every 0.1 s; `workers[0]` is replaced on
+    restart, so the list is read afresh each time."""
     while True:
-        snapshots.append(_owners(workers))
+        snapshots.append(_owners(workers, topic))
         await asyncio.sleep(0.1)
 
 
-async def _settled(workers: list[InProcessWorker], timeout_s: float = 60) -> dict[int, int]:
+def settled(assignments: list[set[int]], partitions: int) -> bool:
+    """Every partition owned, by one worker only, and every worker owning some."""
+    owned = [p for parts in assignments for p in parts]
+    return all(assignments) and len(owned) == len(set(owned)) == partitions
+
+
+async def _settled(workers: list[InProcessWorker], topic: str,
+                   timeout_s: float = 60) -> dict[int, int]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while loop.time() < deadline:
-        owners = _owners(workers)
-        if len(owners) == REQUESTS.partitions and all(w.assignment() for w in workers) and \
-                sum(len(w.assignment()) for w in workers) == REQUESTS.partitions:
-            return owners
+        if settled([w.assignment(topic) for w in workers], REQUESTS.partitions):
+            return _owners(workers, topic)
         await asyncio.sleep(0.2)
-    raise TimeoutError("restart: the group did not settle with four workers")
+    owned = {i: sorted(w.assignment(topic)) for i, w in enumerate(workers)}
+    raise TimeoutError(f"restart: the group did not settle with four workers owning "
+                       f"{topic}'s {REQUESTS.partitions} partitions within {timeout_s:.0f} s "
+                       f"(owned now: {owned})")
 
 
 async def _row(ctx: BenchContext, static: bool, baseline_s: float,
                after_s: float) -> dict[str, Any]:
     kind = "static" if static else "dynamic"
     base = await ctx.settings(f"restart-{kind}", engine="bench")
+    topic = topic_names(base.kafka.topic_prefix).requests  # where Load sends, voice-keyed
 
     def settings_of(i: int) -> Settings:
         name = f"{base.kafka.topic_prefix}w{i}" if static else ""  # "": dynamic member
@@ -90,13 +100,13 @@ async def _row(ctx: BenchContext, static: bool, baseline_s: float,
     snapshots: list[dict[int, int]] = []
     try:
         async with Load(base) as load, ResultLog(base) as results:
-            await _settled(workers)
+            await _settled(workers, topic)
             await warm(ctx, base, VOICES, load, results)
-            before = await _settled(workers)
+            before = await _settled(workers, topic)
             total = int(RATE * (baseline_s + after_s))
             stream = asyncio.create_task(load.paced(requests(total, VOICES, prefix=kind), RATE))
             lag = Sampler(lag_probe(load, results), 0.1).start()
-            watch = asyncio.create_task(_watch(workers, snapshots))
+            watch = asyncio.create_task(_watch(workers, topic, snapshots))
             await asyncio.sleep(baseline_s)
             fault_t = lag.now()
             await workers[0].stop()
@@ -111,7 +121,7 @@ async def _row(ctx: BenchContext, static: bool, baseline_s: float,
             await asyncio.sleep(1.5)  # the series must show the backlog staying down
             points = await lag.stop()
             watch.cancel()
-            final = _owners(workers)
+            final = _owners(workers, topic)
     finally:
         await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
     baseline = [y for t, y in points if t < fault_t]
