@@ -291,6 +291,8 @@ def main(argv: list[str] | None = None) -> None:
                              "and builds against least_conn's, as a markdown table")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
+    if args.wait_ms is not None and args.design != "ideal":
+        parser.error("--wait-ms is the ideal router's wait budget: add --design ideal")
     if args.frontier:
         print(frontier_table(frontier(quick=args.quick, max_load=args.max_load)))
         return

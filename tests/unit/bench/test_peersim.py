@@ -99,3 +99,10 @@ def test_the_frontier_has_no_wait_budget_with_nginxs_p99_at_70_and_0_6x_its_buil
     main(["--frontier", "--quick", "--max-load", "0.7"])
     table = capsys.readouterr().out
     assert "| ideal, wait <= 100 ms |" in table and "p99 at 70%" in table
+
+
+def test_the_cli_refuses_a_wait_budget_for_a_real_router(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--wait-ms", "50"])
+    assert "add --design ideal" in capsys.readouterr().err
