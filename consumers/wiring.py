@@ -55,6 +55,7 @@ def build_worker(settings: Settings, *, load: bool = True,
     its group, so no partition is assigned to a process that cannot serve: here (`load`), or
     with `load=False` inside `worker.run()` after its health server started, so /readyz says
     `engine_loaded: false` (and /healthz stays alive) while a large model loads."""
+    from consumers.worker.fleet import dynamic_member_name
     from consumers.worker.gate import LaneGate
     from consumers.worker.loop import SynthesisWorker
     from consumers.worker.shape import WorkerShape
@@ -65,6 +66,7 @@ def build_worker(settings: Settings, *, load: bool = True,
     from pipeline.voices import ProfileResolver
 
     w = settings.worker
+    name = w.instance_id or dynamic_member_name()  # empty VF_INSTANCE_ID: a dynamic member
     shape = WorkerShape.of(w)  # dispatchers, device slots, threads: shape.py
     gate = LaneGate.for_shape(shape, batch_share=w.batch_min_share)  # device slots, by lane
     # One keep-alive connection for each thread that can talk to S3 at once (docs/benchmarks.md,
@@ -90,7 +92,7 @@ def build_worker(settings: Settings, *, load: bool = True,
                                voice_ttl_seconds=w.voice_ttl_seconds,
                                on_lookup=metrics.on_profile)
     processor = RequestProcessor(engine=engine, store=store, profiles=profiles,
-                                 worker=w.instance_id,
+                                 worker=name,
                                  presign_seconds=settings.store.presign_seconds,
                                  loudness_lufs=w.loudness_lufs,
                                  device_slots=shape.batch_slots,  # unused beside the gate
@@ -100,7 +102,7 @@ def build_worker(settings: Settings, *, load: bool = True,
     worker = SynthesisWorker(settings=settings, processor=processor, metrics=metrics,
                              engine_ready=loaded.is_set, warm_up=None if load else warm_up,
                              device_gate=gate, hot_voices=cache.voices, store=store,
-                             **worker_options)
+                             name=name, **worker_options)
     return WorkerRuntime(settings=settings, store=store, engine=engine, processor=processor,
                          metrics=metrics, worker=worker)
 

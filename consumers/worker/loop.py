@@ -74,7 +74,7 @@ from consumers.worker.chunks import ChunkPublisher
 from consumers.worker.deadletters import unreadable_letter
 from consumers.worker.dispatch import WorkerDispatch
 from consumers.worker.errors import FatalPublishError
-from consumers.worker.fleet import StatusReporter
+from consumers.worker.fleet import StatusReporter, dynamic_member_name
 from consumers.worker.gate import BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.lifecycle import WorkerLifecycle
@@ -103,9 +103,12 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
                  engine_ready: Callable[[], bool] | None = None,
                  warm_up: Callable[[], None] | None = None,
                  hot_voices: Callable[[], list[str]] = list,
-                 store: ObjectStore | None = None) -> None:
+                 store: ObjectStore | None = None, name: str | None = None) -> None:
         s = settings.worker
         self._settings = settings
+        # Its name in tts.fleet, spilled records and logs: VF_INSTANCE_ID, or a dynamic
+        # member's own (an empty VF_INSTANCE_ID), without which routers would skip its status.
+        self.name = name or s.instance_id or dynamic_member_name()
         self._processor = processor
         # Dispatchers, device slots and threads, derived once (shape.py); a gate made for
         # another shape would run a different number of device calls than the docs promise.
@@ -254,7 +257,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
                                   metrics=self.metrics, on_fatal=self._on_fatal),
             processor=self._processor, checkpoint=self.checkpoint, metrics=self.metrics,
             names=self._names, threads=self._threads, checker=self.cancels.checker)
-        fleet = StatusReporter(worker_id=s.instance_id, producer=producer, consumer=consumer,
+        fleet = StatusReporter(worker_id=self.name, producer=producer, consumer=consumer,
                                names=self._names, checkpoint=self.checkpoint,
                                batcher=self.batcher, slots=self.shape.slots,
                                interval_ms=self._settings.routing.fleet_interval_ms,
@@ -271,7 +274,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         await lanes.check_topics(control, self._names)
         await consumer.start()
         await self._start_spill(stack, producer)
-        log.info("worker %s consuming %s as group %s: %s, max_batch %d", s.instance_id,
+        log.info("worker %s consuming %s as group %s: %s, max_batch %d", self.name,
                  " + ".join(lanes.lane_topics(self._names)), s.group_id, self.shape.describe(),
                  s.max_batch)
         loops = [self._watched(self._fetch_loop(), "fetch"),
@@ -297,7 +300,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
                              home_queue=routing.home_queue, copy_share=routing.copy_share)
         view = FleetView(self._settings.kafka, self._names.fleet, router)
         await startup.start_part(stack, "fleet view", view.start, view.stop, logger=log)
-        self.spill = Spill(worker_id=self._settings.worker.instance_id, producer=producer,
+        self.spill = Spill(worker_id=self.name, producer=producer,
                            names=self._names, router=router, queue=routing.spill_queue)
 
     def _watched(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

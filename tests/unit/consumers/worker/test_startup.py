@@ -206,3 +206,20 @@ def test_a_device_gate_of_another_shape_is_refused() -> None:
                                          "shape 3"):
         SynthesisWorker(settings=settings, processor=cast(RequestProcessor, object()),
                         device_gate=LaneGate(2, batch_share=0.1))
+
+
+def test_a_dynamic_member_still_has_a_name_routers_accept() -> None:
+    # An empty VF_INSTANCE_ID joins the group without group.instance.id; its fleet status
+    # must still name it, or every router skips the status and never sends to it.
+    from topics.fleet import WorkerStatus, decode_status, encode_status
+
+    settings = Settings(worker=WorkerSettings(instance_id=""))
+    processor = cast(RequestProcessor, SimpleNamespace(answers=None, mixes_voices=False))
+    first = SynthesisWorker(settings=settings, processor=processor)
+    second = SynthesisWorker(settings=settings, processor=processor)
+    assert first.name and second.name and first.name != second.name  # one process, two
+    status = WorkerStatus(worker=first.name, at_ms=1, interval_ms=500)
+    assert decode_status(encode_status(status)).worker == first.name
+    static = SynthesisWorker(settings=Settings(worker=WorkerSettings(instance_id="vf-worker-0")),
+                             processor=processor)
+    assert static.name == "vf-worker-0"
