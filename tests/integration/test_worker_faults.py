@@ -258,6 +258,30 @@ async def test_static_member_restart_keeps_everyone_s_partitions(
     assert _revocations(revoked_after) == _revocations(revoked_before)
 
 
+
+async def test_the_restart_bench_sees_a_group_that_reads_four_lanes_settle(
+        settings: Settings) -> None:
+    # bench/restart.py watches the owners of tts.requests' partitions; when it counted the
+    # four lanes' overlapping partition numbers as one topic's, it never saw the group
+    # settle and the section failed every run for two days without a test noticing.
+    from bench.processes import InProcessWorker
+    from bench.restart import ENGINE, _settled
+
+    s = settings.with_overrides(engine={"name": "bench"})
+    names = [f"{s.worker.instance_id}-{i}" for i in range(2)]
+    workers = [InProcessWorker(s.with_overrides(worker={"instance_id": name}), ENGINE)
+               for name in names]
+    for w in workers:
+        w.start()
+    try:
+        topic = topic_names(s.kafka.topic_prefix).requests
+        owners = await _settled(workers, topic, timeout_s=60)
+    finally:
+        await asyncio.gather(*(w.stop() for w in workers))
+    assert sorted(owners) == list(range(REQUESTS.partitions))
+    assert set(owners.values()) == {0, 1}
+
+
 LANE_PARTITIONS = 2 * REQUESTS.partitions + 2 * REQUESTS_SHARDS.partitions
 
 
