@@ -24,6 +24,16 @@ from consumers.worker.inflight import InFlightRequest
 log = logging.getLogger(__name__)
 
 
+def by_topic(tps: set[TopicPartition]) -> str:
+    """'tts.requests [0, 4], tts.requests.shards [1, 13]': a worker reads four lanes whose
+    partition numbers overlap, so a bare list of numbers would not say which is which."""
+    topics: dict[str, list[int]] = {}
+    for tp in tps:
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(f"{topic} {sorted(parts)}" for topic, parts in sorted(topics.items())) \
+        or "none"
+
+
 class RevocationListener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, *, checkpoint: Checkpoint, batcher: VoiceBatcher[InFlightRequest],
                  metrics: WorkerMetrics, grace_s: float) -> None:
@@ -43,14 +53,14 @@ class RevocationListener(ConsumerRebalanceListener):  # type: ignore[misc]
             cp.abandon(req.tp, req.record.offset)
         if not await cp.wait_idle(revoked, self._grace_s):  # 3
             log.warning("revocation: in-flight work on %s abandoned after %.0f s",
-                        sorted(tp.partition for tp in revoked), self._grace_s)
+                        by_topic(revoked), self._grace_s)
         await cp.commit(only=revoked)  # 4
         cp.forget(revoked)  # 5
         self._metrics.on_rebalance("revoked", len(revoked))
         log.info("revoked partitions %s (%d queued requests left to the next owner)",
-                 sorted(tp.partition for tp in revoked), len(dropped))
+                 by_topic(revoked), len(dropped))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self._checkpoint.assign(assigned)
         self._metrics.on_rebalance("assigned", len(assigned))
-        log.info("assigned partitions %s", sorted(tp.partition for tp in assigned))
+        log.info("assigned partitions %s", by_topic(assigned))

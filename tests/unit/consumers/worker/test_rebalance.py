@@ -50,8 +50,9 @@ async def test_in_flight_work_past_the_grace_period_is_abandoned(
     with caplog.at_level(logging.INFO, logger="consumers.worker.rebalance"):
         await listener.on_partitions_revoked({P0})
     assert 0.1 <= time.monotonic() - started < 1.0
-    assert "in-flight work on [0] abandoned after 0 s" in caplog.text
-    assert "revoked partitions [0] (1 queued requests left to the next owner)" in caplog.text
+    assert "in-flight work on tts.requests [0] abandoned after 0 s" in caplog.text
+    assert ("revoked partitions tts.requests [0] (1 queued requests left to the next owner)"
+            in caplog.text)
     assert consumer.commits == [{P0: 1}]  # the finished one; none of the unfinished
     assert [r.tp for r in queue.drop(lambda r: True)] == [P1]
     assert not cp.owns(P0)
@@ -107,3 +108,14 @@ async def test_assignment_takes_a_revoked_partition_back() -> None:
     await listener.on_partitions_assigned({P0})
     assert cp.owns(P0) and not cp.owns(P1)
     assert (rebalances(metrics, "revoked"), rebalances(metrics, "assigned")) == (2, 1)
+
+
+def test_partitions_are_logged_by_topic_since_the_four_lanes_share_numbers() -> None:
+    from aiokafka import TopicPartition
+
+    from consumers.worker.rebalance import by_topic
+
+    tps = {TopicPartition("tts.requests.shards", 13), TopicPartition("tts.requests", 4),
+           TopicPartition("tts.requests", 0), TopicPartition("tts.requests.shards", 4)}
+    assert by_topic(tps) == "tts.requests [0, 4], tts.requests.shards [4, 13]"
+    assert by_topic(set()) == "none"
