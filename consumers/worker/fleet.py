@@ -41,11 +41,11 @@ log = logging.getLogger(__name__)
 _POSITION_WAIT_S = 0.05  # a partition still resolving its position counts no backlog yet
 
 
-
 def dynamic_member_name() -> str:
     """The fleet name of a worker without VF_INSTANCE_ID (a dynamic group member): host,
     process and a random part, since a bench runs several workers in one process."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
 
 class StatusReporter:
     def __init__(self, *, worker_id: str, producer: Any, consumer: Any, names: TopicNames,
