@@ -83,17 +83,29 @@ async def view(settings: Settings) -> AsyncIterator[FleetRouter]:
         yield router
 
 
+def shards_claimed_once(router: FleetRouter, partitions: int) -> bool:
+    """Every batch shard partition claimed by exactly one status. Mid-rebalance the view
+    can hold a worker's new claims beside the others' old ones (seen: w2 with the grown
+    [4, 5], w0 and w1 still with [0] and [1]); a route then goes by the old owner and the
+    record is answered by the new one."""
+    claims = sorted(p for status in router._status.values()
+                    for p in status.lane("batch").shards)
+    return claims == list(range(partitions))
+
+
 async def send_all(settings: Settings, requests: list[SynthesisRequest],
-                   balance: float, workers: int = 1) -> RoutedSender:
-    """Route `requests` once the view shows `workers` workers owning batch partitions: the
-    group's joins settle in seconds on an idle machine and in tens on a loaded one."""
+                   balance: float, workers: int = 1, shards: int = 0) -> RoutedSender:
+    """Route `requests` once the view shows `workers` workers owning batch partitions (and,
+    with `shards`, that many shard partitions each claimed once): the group's joins settle
+    in seconds on an idle machine and in tens on a loaded one."""
     producer = make_producer(settings.kafka)
     await producer.start()
     try:
         router, view = await fleet_router(settings, producer)
         assert router is not None and view is not None
         try:
-            await until(lambda: len(router.workers("batch")) >= workers, 60,
+            await until(lambda: len(router.workers("batch")) >= workers and
+                        (not shards or shards_claimed_once(router, shards)), 60,
                         f"{workers} workers owning partitions in the view")
             sender = lane_sender(producer, topic_names(settings.kafka.topic_prefix), "batch",
                                  router, balance=balance)
@@ -217,10 +229,11 @@ async def test_more_workers_than_partitions_then_the_lanes_grow(
             assert await grow_request_lanes(admin, prefix=prefix, partitions=6,
                                             lanes="shards") == [
                 prefix + REQUESTS_SHARDS.name, prefix + REQUESTS_INTERACTIVE_SHARDS.name]
-            await until(lambda: len(router.workers("batch")) == 3, 60,
+            await until(lambda: len(router.workers("batch")) == 3 and
+                        shards_claimed_once(router, 6), 60,
                         "the third worker owns a partition after the growth")
             second = lines(voice, 45)
-            await send_all(narrow, second, balance=1.05, workers=3)
+            await send_all(narrow, second, balance=1.05, workers=3, shards=6)
             answered = await wait_for_answers(narrow, {r.request_id for r in second}, 90)
             assert len({r.worker for r in answered
                         if r.request_id in {q.request_id for q in second}}) == 3
