@@ -139,7 +139,8 @@ async def test_one_voice_is_answered_by_every_worker(
         monkeypatch.setenv(k, v)
     job = lines(voice, 60)
     async with Workers(settings, 3):
-        sender = await send_all(settings, job, balance=1.05, workers=3)
+        sender = await send_all(settings, job, balance=1.05, workers=3,
+                                shards=REQUESTS_SHARDS.partitions)
         assert sender.router is not None
         assert len(sender.router.workers("batch")) == 3
         results = await wait_for_answers(settings, {r.request_id for r in job}, 90)
@@ -168,12 +169,12 @@ async def test_more_worker_processes_than_the_request_topic_has_partitions_all_a
             procs = [start_worker(narrow, f"{prefix}p{i}", tmp_path / f"worker-{i}.log",
                                   **FAST_ENGINE) for i in range(4)]
             await until(lambda: len(router.workers("batch")) == 4
-                        and sum(len(s.lane("batch").shards) for s in router.statuses()) == 8,
+                        and shards_claimed_once(router, 8),
                         120, "4 workers holding every shard partition")
             holding_plain = [s.worker for s in router.statuses() if s.lane("batch").partitions]
             assert len(holding_plain) == 2  # the group's other two own none of tts.requests
             job = lines(voice, 80)
-            sender = await send_all(narrow, job, balance=1.05, workers=4)
+            sender = await send_all(narrow, job, balance=1.05, workers=4, shards=8)
             answered = await wait_for_answers(narrow, {r.request_id for r in job}, 120)
         ours = [r for r in answered if r.request_id in {q.request_id for q in job}]
         per_worker = Counter(r.worker for r in ours)
