@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import socket
 import subprocess
 import time
 import uuid
@@ -131,6 +133,20 @@ async def test_each_worker_states_its_partitions_and_leaves_with_a_tombstone(
         assert status.lane("batch").slots == 2 and status.lane("interactive").slots == 3
         assert status.lane("interactive").partitions == status.lane("batch").partitions
     await until(lambda: view.workers("batch") == [], 10, "tombstones read")
+
+
+
+async def test_a_dynamic_member_is_in_the_view_under_a_name_of_its_own(
+        settings: Settings, view: FleetRouter, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An empty VF_INSTANCE_ID: no group.instance.id. Its status once had an empty worker
+    # name, which every view skips, so routers never sent it anything.
+    for k, v in FAST_ENGINE.items():
+        monkeypatch.setenv(k, v)
+    dynamic = fleet_settings(settings, 1).with_overrides(worker={"instance_id": ""})
+    async with RunningWorker(fleet_settings(settings, 0)), RunningWorker(dynamic) as member:
+        await until(lambda: len(view.workers("batch")) == 2, 60, "both workers in the view")
+        assert member.worker.name in view.workers("batch")
+        assert member.worker.name.startswith(f"{socket.gethostname()}-{os.getpid()}-")
 
 
 async def test_one_voice_is_answered_by_every_worker(
