@@ -14,6 +14,7 @@ had during the baseline (<= its maximum there) and stays there for 1 s.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Hashable, Sequence
 from typing import Any
 
 from bench.harness import (
@@ -63,8 +64,9 @@ async def _watch(workers: list[InProcessWorker], topic: str,
         await asyncio.sleep(0.1)
 
 
-def settled(assignments: list[set[int]], partitions: int) -> bool:
-    """Every partition owned, by one worker only, and every worker owning some."""
+def settled(assignments: Sequence[Collection[Hashable]], partitions: int) -> bool:
+    """Every partition owned, by one worker only, and every worker owning some: each
+    worker's partitions as numbers of one topic, or as TopicPartitions of several."""
     owned = [p for parts in assignments for p in parts]
     return all(assignments) and len(owned) == len(set(owned)) == partitions
 
@@ -78,7 +80,7 @@ async def _settled(workers: list[InProcessWorker], topic: str,
             return _owners(workers, topic)
         await asyncio.sleep(0.2)
     owned = {i: sorted(w.assignment(topic)) for i, w in enumerate(workers)}
-    raise TimeoutError(f"restart: the group did not settle with four workers owning "
+    raise TimeoutError(f"restart: the group did not settle with {len(workers)} workers owning "
                        f"{topic}'s {REQUESTS.partitions} partitions within {timeout_s:.0f} s "
                        f"(owned now: {owned})")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.peerload import spilled_count
+from bench.restart import settled
 from consumers.fleet.router import FleetRouter
 from consumers.fleet.sending import RoutedSender, fleet_router, lane_sender
 from consumers.fleet.view import FleetView
@@ -90,9 +91,8 @@ def shards_claimed_once(router: FleetRouter, partitions: int) -> bool:
     can hold a worker's new claims beside the others' old ones (seen: w2 with the grown
     [4, 5], w0 and w1 still with [0] and [1]); a route then goes by the old owner and the
     record is answered by the new one."""
-    claims = sorted(p for status in router._status.values()
-                    for p in status.lane("batch").shards)
-    return claims == list(range(partitions))
+    return settled([status.lane("batch").shards for status in router._status.values()],
+                   partitions)
 
 
 async def send_all(settings: Settings, requests: list[SynthesisRequest],
@@ -133,7 +133,6 @@ async def test_each_worker_states_its_partitions_and_leaves_with_a_tombstone(
         assert status.lane("batch").slots == 2 and status.lane("interactive").slots == 3
         assert status.lane("interactive").partitions == status.lane("batch").partitions
     await until(lambda: view.workers("batch") == [], 10, "tombstones read")
-
 
 
 async def test_a_dynamic_member_is_in_the_view_under_a_name_of_its_own(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.restart import settled
 from consumers.clients.demo import make_reference
 from consumers.settings import Settings
 from consumers.wiring import make_store
@@ -258,7 +259,6 @@ async def test_static_member_restart_keeps_everyone_s_partitions(
     assert _revocations(revoked_after) == _revocations(revoked_before)
 
 
-
 async def test_the_restart_bench_sees_a_group_that_reads_four_lanes_settle(
         settings: Settings) -> None:
     # bench/restart.py watches the owners of tts.requests' partitions; when it counted the
@@ -291,8 +291,7 @@ async def _until_split(*workers: RunningWorker, timeout_s: float = 60.0) -> None
         owned = [set(w.worker._consumer.assignment()) if w.worker._consumer else set()
                  for w in workers]
         # every partition of the four request lanes (plain and shard topics), each once
-        if all(owned) and len(set().union(*owned)) == LANE_PARTITIONS and \
-                sum(len(o) for o in owned) == LANE_PARTITIONS:
+        if settled(owned, LANE_PARTITIONS):
             return
         await asyncio.sleep(0.2)
     raise AssertionError("the group never settled with every worker owning partitions")
