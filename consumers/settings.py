@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import socket
 from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
@@ -54,6 +55,13 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(self._value)
+
+
+def process_name(instance_id: str) -> str:
+    """The name a process goes by in `tts.fleet`, results, spilled records, logs and the
+    console: VF_INSTANCE_ID, or for a dynamic member (set empty) host, process and a random
+    part, since a bench runs several workers in one process."""
+    return instance_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from consumers.metrics import WorkerMetrics
-from consumers.settings import Settings, StoreSettings
+from consumers.settings import Settings, StoreSettings, process_name
 from pipeline.storage import DEFAULT_POOL_SIZE, ObjectStore
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ def build_worker(settings: Settings, *, load: bool = True,
     its group, so no partition is assigned to a process that cannot serve: here (`load`), or
     with `load=False` inside `worker.run()` after its health server started, so /readyz says
     `engine_loaded: false` (and /healthz stays alive) while a large model loads."""
-    from consumers.worker.fleet import dynamic_member_name
     from consumers.worker.gate import LaneGate
     from consumers.worker.loop import SynthesisWorker
     from consumers.worker.shape import WorkerShape
@@ -66,7 +65,7 @@ def build_worker(settings: Settings, *, load: bool = True,
     from pipeline.voices import ProfileResolver
 
     w = settings.worker
-    name = w.instance_id or dynamic_member_name()  # empty VF_INSTANCE_ID: a dynamic member
+    name = process_name(w.instance_id)  # empty VF_INSTANCE_ID: a dynamic member
     shape = WorkerShape.of(w)  # dispatchers, device slots, threads: shape.py
     gate = LaneGate.for_shape(shape, batch_share=w.batch_min_share)  # device slots, by lane
     # One keep-alive connection for each thread that can talk to S3 at once (docs/benchmarks.md,

@@ -129,8 +129,10 @@ class JobAggregator:
             broker_commit_every=100,
             broker_commit_interval=1.0,
             # Static membership: a restarted aggregator (same VF_INSTANCE_ID) takes its
-            # partitions straight back instead of waiting out the dead member's session.
-            consumer_group_instance_id=f"{member.instance_id}-aggregator",
+            # partitions straight back instead of waiting out the dead member's session;
+            # VF_INSTANCE_ID set empty makes it a dynamic member, as it does a worker.
+            consumer_group_instance_id=(f"{member.instance_id}-aggregator"
+                                        if member.instance_id else None),
             broker_session_timeout=member.session_timeout_ms / 1000,
             web_enabled=web,
             web_bind=member.metrics_host,

@@ -339,7 +339,7 @@ async def fleet(request: Request) -> Response:
         interactive_lag=InteractiveLag(
             total=gw.lag.lag, threshold=limits.lag_threshold,
             partitions=dict(sorted(gw.lag.by_partition.items(), key=_plain_first))),
-        gateway=ReplicaState(instance=gw.settings.worker.instance_id,
+        gateway=ReplicaState(instance=gw.instance,
                              open_streams=gw.limiter.open_streams(),
                              reply_partitions=sorted(gw.router.partitions)),
         errors=responses_by_status(gw),

@@ -62,12 +62,10 @@ class NoReplyPartition(RuntimeError):
 
 
 class ReplyRouter:
-    def __init__(self, kafka: KafkaSettings, topic: str, *, group_id: str,
-                 instance_id: str) -> None:
+    def __init__(self, kafka: KafkaSettings, topic: str, *, group_id: str) -> None:
         self._kafka = kafka
         self._topic = topic
         self._group_id = group_id
-        self._instance_id = instance_id
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._drains: set[asyncio.Task[None]] = set()

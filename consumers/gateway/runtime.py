@@ -33,7 +33,7 @@ from consumers.gateway.metrics import GatewayMetrics
 from consumers.gateway.replies import ReplyRouter
 from consumers.gateway.usage import UsageBook
 from consumers.kafka import make_producer, security_kwargs
-from consumers.settings import Settings
+from consumers.settings import Settings, process_name
 from consumers.wiring import make_store
 from pipeline import keys as object_keys
 from pipeline.storage import ObjectStore
@@ -61,9 +61,9 @@ class Gateway:
         self.store = store if store is not None else make_store(settings.store)
         self.usage = UsageBook(self.store, report_source(settings.kafka.topic_prefix),
                                ttl_s=settings.gateway.usage_cache_s)
+        self.instance = process_name(settings.worker.instance_id)  # the console's replica
         self.router = ReplyRouter(settings.kafka, self.names.audio,
-                                  group_id=settings.gateway.group_id,
-                                  instance_id=settings.worker.instance_id)
+                                  group_id=settings.gateway.group_id)
         self.producer: AIOKafkaProducer | None = None
         # Routes call `await gw.audit.record(request, action, object_id)` (consumers/gateway/
         # audit.py); it writes with the producer once start() made it.

@@ -22,9 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import secrets
-import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,12 +36,6 @@ from topics.specs import TopicNames
 log = logging.getLogger(__name__)
 
 _POSITION_WAIT_S = 0.05  # a partition still resolving its position counts no backlog yet
-
-
-def dynamic_member_name() -> str:
-    """The fleet name of a worker without VF_INSTANCE_ID (a dynamic group member): host,
-    process and a random part, since a bench runs several workers in one process."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 class StatusReporter:

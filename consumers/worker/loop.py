@@ -65,7 +65,7 @@ from consumers.fleet.view import FleetView
 from consumers.health import HealthServer, Heartbeat
 from consumers.kafka import make_consumer, make_producer
 from consumers.metrics import WorkerMetrics
-from consumers.settings import Settings
+from consumers.settings import Settings, process_name
 from consumers.worker import lanes
 from consumers.worker.batching import VoiceBatcher
 from consumers.worker.cancellation import CancelRegistry, ControlReader, QueueCanceller
@@ -74,7 +74,7 @@ from consumers.worker.chunks import ChunkPublisher
 from consumers.worker.deadletters import unreadable_letter
 from consumers.worker.dispatch import WorkerDispatch
 from consumers.worker.errors import FatalPublishError
-from consumers.worker.fleet import StatusReporter, dynamic_member_name
+from consumers.worker.fleet import StatusReporter
 from consumers.worker.gate import BatchThreads, LaneGate
 from consumers.worker.inflight import InFlightRequest
 from consumers.worker.lifecycle import WorkerLifecycle
@@ -108,7 +108,7 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         self._settings = settings
         # Its name in tts.fleet, spilled records and logs: VF_INSTANCE_ID, or a dynamic
         # member's own (an empty VF_INSTANCE_ID), without which routers would skip its status.
-        self.name = name or s.instance_id or dynamic_member_name()
+        self.name = name or process_name(s.instance_id)
         self._processor = processor
         # Dispatchers, device slots and threads, derived once (shape.py); a gate made for
         # another shape would run a different number of device calls than the docs promise.

@@ -104,7 +104,7 @@ def record(key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) ->
 
 
 def test_the_router_hands_records_only_to_requests_it_waits_for() -> None:
-    router = ReplyRouter(KafkaSettings(), "tts.audio", group_id="g", instance_id="i")
+    router = ReplyRouter(KafkaSettings(), "tts.audio", group_id="g")
     with pytest.raises(NoReplyPartition):
         router.register(["r1"])
     router._ready = [3, 5]  # as after an assignment whose positions were resolved

@@ -101,3 +101,15 @@ async def test_a_background_task_that_dies_is_logged(caplog: pytest.LogCaptureFi
     assert record.levelno == logging.ERROR and record.exc_info is not None
     assert record.getMessage().startswith("gateway failover loop failed: KafkaConnectionError")
     assert getattr(record, "topic", None) == "tts.audio"
+
+
+def test_a_gateway_without_an_instance_id_still_names_its_replica(tmp_path: Path) -> None:
+    from consumers.settings import WorkerSettings
+
+    def instance(instance_id: str) -> str:
+        settings = Settings(gateway=GatewaySettings(keys_file=str(tmp_path / "keys")),
+                            worker=WorkerSettings(instance_id=instance_id))
+        return Gateway(settings, keyring=KeyRing(tmp_path / "keys")).instance
+
+    assert instance("gw-0") == "gw-0"
+    assert instance("") and instance("") != instance("")  # the console's replica column
