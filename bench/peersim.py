@@ -11,7 +11,9 @@ seconds, where the real bench (bench/peers.py) takes half an hour of a quiet mac
        cache exactly; a voice no process holds goes to the least loaded, a held one to its
        least loaded holder unless that has `home_queue` or more waiting beyond its slots and
        some process has a slot free, where it moves; with `wait_ms` it instead waits at a
-       full holder whose next call ends within wait_ms, and moves otherwise)
+       full holder whose next call ends within wait_ms, and moves otherwise; with
+       `moves_at` it moves only at that level (with wait_ms's budget there, else none) and
+       waits for its holder at every other one: an oracle told which level item 3 measures)
     -> PROCESSES processes x SLOTS slots: a free slot takes the queue whose oldest request is
        oldest; fleet workers take up to MAX_BATCH of that voice as one call, topped up from
        the other voices' queues, oldest first (VoiceBatcher mixing: the bench engine is a
@@ -71,10 +73,12 @@ class _Run:
 
     def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None,
                  mix: bool = True, ideal: int | None = None,
-                 wait_ms: float | None = None) -> None:
+                 wait_ms: float | None = None, moves_at: str | None = None) -> None:
         self.batch_max = 1 if design == "least_conn" else MAX_BATCH
         self.ideal = ideal  # the ideal router's home queue; None: another design
         self.wait_s = None if wait_ms is None else wait_ms / 1000  # the ideal's wait budget
+        self.moves_at = moves_at  # the one level where the ideal moves; waits elsewhere
+        self.budget_there = self.wait_s or 0.0  # its wait budget at that level
         self.mix = mix
         self.level_of = levels  # request index -> its level
         self.router = router
@@ -102,6 +106,9 @@ class _Run:
 
     def route(self, i: int, voice: str) -> int:
         if self.ideal is not None:
+            if self.moves_at is not None:
+                at_measured = self.level_of[i] == self.moves_at
+                self.wait_s = self.budget_there if at_measured else math.inf
             return self.ideal_pick(voice, self.ideal)
         if self.router is None:  # nginx least_conn
             w = least_conn_pick(self.inflight, self.turn)
@@ -191,15 +198,18 @@ class _Run:
 def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
              home_queue: int = HOME_QUEUE, balance: float = 1.25,
              copy_share: float = COPY_SHARE, mix: bool = True,
-             wait_ms: float | None = None) -> dict[str, Any]:
+             wait_ms: float | None = None, moves_at: str | None = None) -> dict[str, Any]:
     """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
-    if wait_ms is not None and design != "ideal":
-        raise ValueError("wait_ms is the ideal router's wait budget: design must be ideal")
+    if (wait_ms is not None or moves_at is not None) and design != "ideal":
+        raise ValueError("wait_ms and moves_at steer the ideal router: design must be ideal")
     every = slices(plan(quick))  # the whole plan: the trace is cut the way the bench cuts it
     parts = [(name, load, count) for name, load, count in every
              if name != "kill" and (name == "warm" or load <= max_load)]
+    if moves_at is not None and moves_at not in {name for name, _, _ in parts}:
+        raise ValueError(f"moves_at must name a level of the run "
+                         f"({', '.join(name for name, _, _ in parts)}), got {moves_at!r}")
     voices = [r.voice_id for r in trace(sum(c for _, _, c in every), "sim")]
     clock = [0.0]
     router = FleetRouter(partitions=PARTITIONS, balance=balance, home_queue=home_queue,
@@ -212,7 +222,8 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
         schedule += [(start + k / rate, name) for k in range(count)]
         start += count / rate
     run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router, mix,
-               ideal=home_queue if design == "ideal" else None, wait_ms=wait_ms)
+               ideal=home_queue if design == "ideal" else None, wait_ms=wait_ms,
+               moves_at=moves_at)
     for i, (at, _) in enumerate(schedule):
         clock[0] = at
         run.arrive(at, i, voices[i])
@@ -228,22 +239,26 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
                        **run.builds.get(name, {"first": 0, "moved": 0})})
     counted = [lv for lv in levels if lv["level"] != "warm" and lv["load"] <= COUNTED_UP_TO]
     return {"design": design, "home_queue": home_queue, "balance": balance,
-            "copy_share": copy_share, "mix": mix, "wait_ms": wait_ms, "levels": levels,
+            "copy_share": copy_share, "mix": mix, "wait_ms": wait_ms, "moves_at": moves_at,
+            "levels": levels,
             "builds": sum(lv["first"] + lv["moved"] for lv in counted),
             "first_sightings": sum(lv["first"] for lv in counted)}
 
 
 FRONTIER_WAITS_MS = (0.0, 25.0, 50.0, 100.0, 150.0, 200.0, 300.0)
+MEASURED_LEVEL = "load0.7"  # item 3's p99 is taken at 70 % load
 
 
 def frontier(*, quick: bool = False, max_load: float = 1.5,
              waits_ms: tuple[float, ...] = FRONTIER_WAITS_MS) -> dict[str, Any]:
     """The ideal router at each wait budget beside least_conn: what any rule of the kind
     "wait at most W ms for a slot where the profile is, else build it where a slot is
-    free" can reach on this trace, however well it knows the fleet."""
+    free" can reach on this trace, however well it knows the fleet; and, past that kind,
+    the oracle that moves only at the measured level and waits at every other."""
     nginx = simulate("least_conn", quick=quick, max_load=max_load)
     rows = [simulate("ideal", quick=quick, max_load=max_load, wait_ms=w) for w in waits_ms]
-    return {"least_conn": nginx, "ideal": rows}
+    oracle = simulate("ideal", quick=quick, max_load=max_load, moves_at=MEASURED_LEVEL)
+    return {"least_conn": nginx, "ideal": rows, "oracle": oracle}
 
 
 def frontier_table(out: dict[str, Any]) -> str:
@@ -263,6 +278,8 @@ def frontier_table(out: dict[str, Any]) -> str:
     lines.append(row("least_conn (nginx)", nginx))
     for result in out["ideal"]:
         lines.append(row(f"ideal, wait <= {result['wait_ms']:.0f} ms", result))
+    oracle = out["oracle"]
+    lines.append(row(f"ideal, moves only at {loads[oracle['moves_at']]}", oracle))
     return "\n".join(lines)
 
 
@@ -286,20 +303,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wait-ms", type=float, default=None,
                         help="ideal only: wait at a full holder whose next call ends within "
                              "this many ms, move otherwise (instead of --home-queue)")
+    parser.add_argument("--moves-at", default=None, metavar="LEVEL",
+                        help="ideal only: move only at this level (e.g. load0.7; with "
+                             "--wait-ms, that budget there) and wait at every other")
     parser.add_argument("--frontier", action="store_true",
-                        help="the ideal router over a sweep of wait budgets: p99 per level "
-                             "and builds against least_conn's, as a markdown table")
+                        help="the ideal router over a sweep of wait budgets, and the oracle "
+                             "that moves only at 70 %% load: p99 per level and builds against "
+                             "least_conn's, as a markdown table")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    if args.wait_ms is not None and args.design != "ideal":
-        parser.error("--wait-ms is the ideal router's wait budget: add --design ideal")
+    if (args.wait_ms is not None or args.moves_at is not None) and args.design != "ideal":
+        parser.error("--wait-ms and --moves-at steer the ideal router: add --design ideal")
     if args.frontier:
         print(frontier_table(frontier(quick=args.quick, max_load=args.max_load)))
         return
     out = simulate(args.design, quick=args.quick, max_load=args.max_load,
                    home_queue=args.home_queue, balance=args.balance,
                    copy_share=args.copy_share, mix=not args.one_voice_calls,
-                   wait_ms=args.wait_ms)
+                   wait_ms=args.wait_ms, moves_at=args.moves_at)
     if args.json:
         print(json.dumps(out, indent=2))
         return

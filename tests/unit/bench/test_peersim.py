@@ -81,6 +81,10 @@ def test_a_wait_budget_trades_the_ideal_routers_moves_for_waits_of_at_most_that_
     assert p99[0] < p99[1] <= one_call_ms + 100 < p99[2]
     with pytest.raises(ValueError, match="design must be ideal"):
         simulate("fleet", wait_ms=50)
+    with pytest.raises(ValueError, match="design must be ideal"):
+        simulate("least_conn", moves_at="load0.7")
+    with pytest.raises(ValueError, match=r"moves_at must name a level of the run \(.*load0\.7"):
+        simulate("ideal", moves_at="70%")
 
 
 def test_the_frontier_has_no_wait_budget_with_nginxs_p99_at_70_and_0_6x_its_builds(
@@ -96,9 +100,18 @@ def test_the_frontier_has_no_wait_budget_with_nginxs_p99_at_70_and_0_6x_its_buil
     assert both == []
     assert any(levels(r)["load0.7"]["p99_ms"] <= p99_nginx for r in out["ideal"])
     assert any(r["builds"] <= 0.6 * nginx["builds"] for r in out["ideal"])
+    # Nor does an oracle told which level is measured: it keeps nginx's p99 there by moving
+    # whenever a holder is full, never moves elsewhere, and the moves at 70 % alone cost
+    # more than the bar allows beyond the first sightings.
+    oracle = out["oracle"]
+    assert levels(oracle)["load0.7"]["p99_ms"] <= p99_nginx
+    assert levels(oracle)["load0.5"]["p99_ms"] > p99_nginx  # it does wait elsewhere
+    assert oracle["builds"] > 0.6 * nginx["builds"]
+    assert sum(lv["moved"] for lv in oracle["levels"] if lv["level"] != "load0.7") == 0
     main(["--frontier", "--quick", "--max-load", "0.7"])
     table = capsys.readouterr().out
     assert "| ideal, wait <= 100 ms |" in table and "p99 at 70%" in table
+    assert "| ideal, moves only at 70% |" in table
 
 
 def test_the_cli_refuses_a_wait_budget_for_a_real_router(
