@@ -147,9 +147,20 @@ def _bootstrap_contents(out: TextIO, deadline: float) -> None:
           f"(state in {state_dir()}); `voicefactory dev env` prints the settings", file=out)
 
 
+LOG_KEEP_BYTES = 64 << 20  # a service log over this at start moves to `<log>.1`
+
+
+def _rotate(log_file: Path) -> None:
+    """One previous log kept beside the new one: a broker logs every partition it creates
+    and deletes at INFO, and a day of tests and benches on one stack wrote 460 MB."""
+    if log_file.is_file() and log_file.stat().st_size > LOG_KEEP_BYTES:
+        log_file.replace(log_file.with_name(log_file.name + ".1"))
+
+
 def _spawn(service: Service, cmd: list[str], env: dict[str, str] | None = None) -> int:
     service.pid_file.parent.mkdir(parents=True, exist_ok=True)
     service.log_file.parent.mkdir(parents=True, exist_ok=True)
+    _rotate(service.log_file)
     with open(service.log_file, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)

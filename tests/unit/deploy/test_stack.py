@@ -59,6 +59,26 @@ def test_a_spawned_process_is_ours_by_start_time_even_while_its_cmdline_reads_em
     assert service.pid() is None
 
 
+
+def test_a_service_log_over_the_limit_moves_aside_at_start_and_a_small_one_grows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VF_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(stack, "LOG_KEEP_BYTES", 10)
+    service = stack.Service("sleeper", 1, "sleep")
+    service.log_file.parent.mkdir(parents=True)
+    service.log_file.write_text("short\n")
+    stack._spawn(service, ["true"])
+    assert service.log_file.read_text() == "short\n"  # under the limit: appended to
+    service.log_file.write_text("an older run's log, long\n")
+    stack._spawn(service, ["echo", "new"])
+    for _ in range(100):  # echo writes once it runs
+        if service.log_file.read_text():
+            break
+        time.sleep(0.01)
+    assert service.log_file.read_text() == "new\n"
+    assert service.log_file.with_name(service.log_file.name + ".1").read_text() == \
+        "an older run's log, long\n"
+
 def test_a_pid_file_of_the_old_format_falls_back_to_the_command_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VF_STATE_DIR", str(tmp_path))
