@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from bench.scratch import scratch_topics
 from consumers.kafka import assignors, make_consumer
 from consumers.settings import Settings
-from topics.admin import admin_client, create_topics
 from topics.specs import REQUESTS
 
 Assignment = dict[int, str]  # partition -> member name
@@ -59,13 +59,13 @@ async def _settle(members: dict[str, Any], partitions: int, timeout_s: float = 6
 
 async def measure(settings: Settings, strategy: str, *, workers: int = 4,
                   static: bool = False) -> AssignorResult:
-    prefix = f"bench-{uuid.uuid4().hex[:6]}."
-    admin = admin_client(settings.kafka.bootstrap)
-    await admin.start()
-    try:
-        await create_topics(admin, prefix=prefix, specs=(REQUESTS,))
-    finally:
-        await admin.close()
+    async with scratch_topics(settings.kafka, f"bench-assignors-{uuid.uuid4().hex[:6]}.",
+                              (REQUESTS,)) as prefix:
+        return await _measure(settings, prefix, strategy, workers=workers, static=static)
+
+
+async def _measure(settings: Settings, prefix: str, strategy: str, *, workers: int,
+                   static: bool) -> AssignorResult:
     topic, group = prefix + REQUESTS.name, f"{prefix}group"
 
     def member(name: str) -> Any:

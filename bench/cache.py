@@ -41,6 +41,7 @@ from bench import routing
 from bench.assignors import _settle
 from bench.harness import BenchContext
 from bench.outcome import Outcome, md_table
+from bench.scratch import scratch_topics
 from bench.stats import percentile
 from bench.workload import voice_id, zipf_voices
 from consumers.kafka import assignors, make_consumer
@@ -49,7 +50,6 @@ from consumers.wiring import make_store
 from pipeline.engines import create_engine
 from pipeline.profiles import ProfileCache
 from pipeline.voices import ProfileResolver
-from topics.admin import admin_client, create_topics
 from topics.specs import REQUESTS
 
 N_VOICES = 1000
@@ -61,13 +61,12 @@ POLICIES = ("fleet_routed", "voice_keyed", "least_conn", "round_robin")
 
 async def kafka_owners(settings: Settings) -> dict[int, int]:
     """Partition -> worker index, from a real group of WORKERS consumers on the broker."""
-    prefix = f"bench-cache-{uuid.uuid4().hex[:6]}."
-    admin = admin_client(settings.kafka.bootstrap)
-    await admin.start()
-    try:
-        await create_topics(admin, prefix=prefix, specs=(REQUESTS,))
-    finally:
-        await admin.close()
+    async with scratch_topics(settings.kafka, f"bench-cache-{uuid.uuid4().hex[:6]}.",
+                              (REQUESTS,)) as prefix:
+        return await _owners(settings, prefix)
+
+
+async def _owners(settings: Settings, prefix: str) -> dict[int, int]:
     members = {f"w{i}": make_consumer(
         settings.kafka, prefix + REQUESTS.name, group_id=f"{prefix}group",
         enable_auto_commit=False, partition_assignment_strategy=assignors(settings.worker.assignor),

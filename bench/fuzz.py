@@ -32,7 +32,6 @@ async def run(ctx: BenchContext) -> Outcome:
     from bench.fuzzagg import fuzz_aggregator
     from bench.fuzzcheck import fuzz_settings, fuzz_worker
     from bench.fuzzrun import FuzzPlan
-    from consumers.aggregator.app import app_id
     from consumers.wiring import make_store
 
     plan = FuzzPlan.from_env(examples=EXAMPLES[ctx.quick])
@@ -40,7 +39,6 @@ async def run(ctx: BenchContext) -> Outcome:
     ctx.register([VOICE])
     worker = await fuzz_worker(s, voice=VOICE, plan=plan, store=make_store(s.store))
     a = await ctx.settings("fuzzagg", specs=ALL_TOPICS)
-    ctx.topics.append(f"{app_id(a)}-jobs-changelog")  # faust's own, for the cleanup
     aggregator = await fuzz_aggregator(a, plan=plan, work_dir=ctx.work_dir)
     figures = {**worker.figures, **aggregator.figures,
                "fuzz_examples": plan.examples, "fuzz_seed": plan.seed,

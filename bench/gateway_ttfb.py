@@ -36,18 +36,18 @@ from pathlib import Path
 import httpx
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from bench.scratch import scratch_topics
 from consumers.gateway import ops
 from consumers.gateway.app import build_app
 from consumers.gateway.keys import KeyRing, add_key
 from consumers.gateway.runtime import Gateway
-from consumers.kafka import make_consumer, make_producer, security_kwargs
+from consumers.kafka import make_consumer, make_producer
 from consumers.settings import GatewaySettings, Settings
 from consumers.wiring import WorkerRuntime, build_worker, make_store
 from pipeline import keys as object_keys
-from topics.admin import admin_client, create_topics
 from topics.chunks import chunk_headers, read_chunk, reply_partition
 from topics.events import SynthesisRequest, VoiceRegistration, encode
-from topics.specs import AUDIO, REQUESTS_INTERACTIVE
+from topics.specs import ALL_TOPICS, AUDIO, REQUESTS_INTERACTIVE
 from topics.validation import decode_request
 
 RATE = 24_000
@@ -152,13 +152,14 @@ def _percentile(values: list[float], q: float) -> float:
 async def measure(settings: Settings, formats: list[str], count: int, first_chunk_s: float,
                   real: bool = False) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per format: first chunk produced -> first byte (ms), and request sent -> first byte
-    less the engine's first chunk (ms)."""
-    admin = admin_client(settings.kafka.bootstrap, **security_kwargs(settings.kafka))
-    await admin.start()
-    try:
-        await create_topics(admin, prefix=settings.kafka.topic_prefix)
-    finally:
-        await admin.close()
+    less the engine's first chunk (ms). The topics live under the settings' prefix for the
+    measurement's length."""
+    async with scratch_topics(settings.kafka, settings.kafka.topic_prefix, ALL_TOPICS):
+        return await _measure(settings, formats, count, first_chunk_s, real)
+
+
+async def _measure(settings: Settings, formats: list[str], count: int, first_chunk_s: float,
+                   real: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     store = make_store(settings.store)
     runtime: WorkerRuntime | None = None
     worker: StandInWorker | AudioWatch

@@ -28,6 +28,7 @@ from typing import Any
 from minio import Minio
 
 from bench.readers import ResultLog
+from bench.scratch import delete_under, make_under
 from bench.stack import LocalStack
 from consumers.fleet.sending import RoutedSender, fleet_router, lane_sender
 from consumers.fleet.view import FleetView
@@ -38,7 +39,6 @@ from consumers.wiring import make_store
 from pipeline import keys
 from pipeline.reference import check_reference
 from pipeline.voices import sniff_extension
-from topics.admin import admin_client, create_topics
 from topics.events import SynthesisRequest, VoiceRegistration
 from topics.events import encode as encode_event
 from topics.fleet import RouteLane
@@ -77,7 +77,7 @@ class BenchContext:
     profile_compute_s: float | None = None  # one profile built by the real resolver, timed
     _encoder: Any = None
     _seed: Any = None  # the computed seed profile
-    topics: list[str] = field(default_factory=list)  # created by settings(), for cleanup()
+    prefixes: list[str] = field(default_factory=list)  # handed out by settings(), for cleanup()
 
     @classmethod
     def create(cls, base: Settings, *, stack: LocalStack, quick: bool,
@@ -109,27 +109,15 @@ class BenchContext:
             worker={"group_id": f"{prefix}synth", "instance_id": f"{prefix}w0",
                     "metrics_port": -1, "metrics_host": "127.0.0.1",
                     "session_timeout_ms": 10_000, **worker})
-        admin = admin_client(s.kafka.bootstrap)
-        await admin.start()
-        try:
-            await create_topics(admin, prefix=prefix, specs=specs)
-        finally:
-            await admin.close()
-        self.topics += [prefix + spec.name for spec in specs]
+        self.prefixes.append(prefix)  # before the topics: a half-made set goes too
+        await make_under(s.kafka, prefix, specs)
         return s
 
     async def cleanup(self) -> None:
-        """Delete this run's topics and its bucket (1,000 references and every clip make
-        a few hundred MB a run), so repeated runs do not fill the disk."""
-        admin = admin_client(self.base.kafka.bootstrap)
-        await admin.start()
-        try:
-            existing = set(await admin.list_topics())
-            doomed = [t for t in self.topics if t in existing]
-            if doomed:
-                await admin.delete_topics(doomed)
-        finally:
-            await admin.close()
+        """Delete every topic under this run's prefixes (faust's changelogs included) and
+        its bucket (1,000 references and every clip make a few hundred MB a run), so
+        repeated runs do not fill the disk or the broker."""
+        await delete_under(self.base.kafka, self.prefixes)
         await asyncio.to_thread(remove_bucket, self.base)
 
     def encoder(self) -> Any:

@@ -160,7 +160,8 @@ async def run_all(settings: Settings, *, stack: LocalStack, quick: bool,
     try:
         await ctx.cleanup()
     except Exception as exc:  # the figures stand; say what was left behind
-        print(f"cleanup of bucket {ctx.bucket} and {len(ctx.topics)} topics failed: {exc}",
+        print(f"cleanup of bucket {ctx.bucket} and the topics under {len(ctx.prefixes)} "
+              f"prefixes ({', '.join(ctx.prefixes)}) failed: {exc}",
               file=out)
     figures: dict[str, Any] = dict(merge(outcomes))
     figures["cpu_ms_per_request"] = LEDGER.per_request_ms(LEDGER.entries[ledger_from:])

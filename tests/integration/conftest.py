@@ -17,10 +17,11 @@ import pytest
 from aiokafka.errors import KafkaError
 from minio import Minio
 
+from bench.scratch import delete_under, make_under
 from consumers.settings import KafkaSettings, Secret, Settings, StoreSettings, WorkerSettings
 from consumers.wiring import build_worker
 from deploy.local import stack
-from topics.admin import admin_client, create_topics
+from topics.specs import ALL_TOPICS
 
 pytestmark = pytest.mark.integration
 
@@ -58,23 +59,12 @@ async def settings(bucket: str) -> AsyncIterator[Settings]:
         worker=WorkerSettings(group_id=f"vf-synth-{prefix}", instance_id=f"test-{prefix}",
                               metrics_port=0, metrics_host="127.0.0.1",
                               session_timeout_ms=10_000))
-    admin = admin_client(result.kafka.bootstrap)
-    await admin.start()
-    try:
-        await create_topics(admin, prefix=prefix)
-    finally:
-        await admin.close()
+    await make_under(result.kafka, prefix, ALL_TOPICS)
     yield result
-    admin = admin_client(result.kafka.bootstrap)
-    await admin.start()
     try:
-        ours = [t for t in await admin.list_topics() if t.startswith(prefix)]
-        if ours:
-            await admin.delete_topics(ours)
+        await delete_under(result.kafka, [prefix])
     except KafkaError as exc:  # best effort: a test that stopped the broker may leave them
         print(f"topics of {prefix} not deleted: {exc}", file=sys.stderr)
-    finally:
-        await admin.close()
 
 
 class RunningWorker:
