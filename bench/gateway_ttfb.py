@@ -48,6 +48,7 @@ from pipeline import keys as object_keys
 from topics.chunks import chunk_headers, read_chunk, reply_partition
 from topics.events import SynthesisRequest, VoiceRegistration, encode
 from topics.specs import ALL_TOPICS, AUDIO, REQUESTS_INTERACTIVE
+from topics.tenancy import DEFAULT_TENANT
 from topics.validation import decode_request
 
 RATE = 24_000
@@ -171,7 +172,9 @@ async def _measure(settings: Settings, formats: list[str], count: int, first_chu
             voice_id=VOICE, reference=f"s3://{store.bucket}/none", sha256="0" * 64,
             created_at="2026-01-01T00:00:00+00:00")), "application/json")
         worker = StandInWorker(settings, first_chunk_s)
-    key = add_key(settings.gateway.keys_path(), "bench", rate=1e6, streams=100)
+    # The default tenant's key: the voice above (and the real worker's) is the default
+    # tenant's, and a key of another tenant is told it does not exist (404).
+    key = add_key(settings.gateway.keys_path(), DEFAULT_TENANT, rate=1e6, streams=100)
     worker_task = asyncio.create_task(worker.run())
     real_task = asyncio.create_task(runtime.worker.run()) if runtime is not None else None
     gateway = Gateway(settings, keyring=KeyRing(settings.gateway.keys_path()))

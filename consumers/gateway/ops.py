@@ -70,9 +70,24 @@ class PortRouter:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on (host, port); port 0 picks a free one (read it back)."""
+    """A listening socket on (host, port); port 0 picks a free one (read it back).
+
+    Made with proto IPPROTO_TCP, not 0 as `socket.create_server` makes it: asyncio sets
+    TCP_NODELAY only on a connection whose socket says IPPROTO_TCP, and an accepted one
+    inherits the listener's. Without it a streamed answer's first audio (its second write,
+    after the headers) waited under Nagle for the client's delayed ACK: 40 ms on every
+    request of a keep-alive connection but its first (docs/gateway.md, "Measured")."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=2048)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # as create_server: an IPv6 host serves IPv6 only
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
     sock.set_inheritable(True)
     return sock
 
