@@ -539,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["all", "assignors", "peers", "route", "fuzz", "consent"],
                        default="all",
                        help="all (default): overhead, capacity, cache, restart, batching, "
-                            "memory, faults, fuzz, consent, decode, flow, lanes, route, peers "
+                            "memory, faults, fuzz, consent, decode, flow, lanes, gateway, "
+                            "route, peers "
                             "(docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
                             "peers: only nginx + model servers against the fleet; "
@@ -552,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", nargs="+", metavar="NAME",
                        choices=["overhead", "capacity", "cache", "restart", "batching",
                                 "memory", "faults", "fuzz", "consent", "decode", "flow",
-                                "lanes", "route", "peers"],
+                                "lanes", "gateway", "route", "peers"],
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

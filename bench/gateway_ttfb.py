@@ -156,11 +156,14 @@ async def measure(settings: Settings, formats: list[str], count: int, first_chun
     less the engine's first chunk (ms). The topics live under the settings' prefix for the
     measurement's length."""
     async with scratch_topics(settings.kafka, settings.kafka.topic_prefix, ALL_TOPICS):
-        return await _measure(settings, formats, count, first_chunk_s, real)
+        return await run_requests(settings, formats, count, first_chunk_s, real)
 
 
-async def _measure(settings: Settings, formats: list[str], count: int, first_chunk_s: float,
-                   real: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+async def run_requests(settings: Settings, formats: list[str], count: int,
+                       first_chunk_s: float, real: bool = False,
+                       ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """measure() on topics that exist already (`voicefactory bench --only gateway` makes
+    them with the run's others)."""
     store = make_store(settings.store)
     runtime: WorkerRuntime | None = None
     worker: StandInWorker | AudioWatch

@@ -33,6 +33,7 @@ from bench import (
     faults,
     flow,
     fuzz,
+    gateway,
     lanes,
     memory,
     overhead,
@@ -57,6 +58,7 @@ BENCHES: dict[str, ModuleType] = {
     "decode": decode,  # CosyVoice's LLM stepping several texts at once (no Kafka or S3)
     "flow": flow,  # CosyVoice's flow matching on several rows at once (upstream's source)
     "lanes": lanes,
+    "gateway": gateway,  # a caller's first byte through the HTTP gateway (issue 15's target)
     "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
     "peers": peers,  # last: it starts eight processes of its own
 }
@@ -85,6 +87,8 @@ REQUIRED = (
     "cache_hit_ratio_fleet_routed",
     "route_brand_p99_over_idle", "route_brand_min_worker_share",
     "route_kill_first_chunk_p99_ms", "route_kill_lost", "route_kill_duplicates",
+    # issue 15: the gateway's share of a caller's first byte (bench.gateway).
+    "gateway_first_byte_p99_ms",
 )
 
 

@@ -191,7 +191,7 @@ def test_the_outcome_names_every_required_lanes_key_and_draws(tmp_path: object) 
 
 def test_lanes_is_registered_before_peers() -> None:
     assert BENCHES["lanes"] is lanes
-    assert list(BENCHES)[-3:] == ["lanes", "route", "peers"]
+    assert list(BENCHES)[-4:] == ["lanes", "gateway", "route", "peers"]
 
 
 def test_the_engine_is_configured_as_the_issue_says() -> None:
