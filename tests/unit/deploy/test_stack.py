@@ -59,7 +59,6 @@ def test_a_spawned_process_is_ours_by_start_time_even_while_its_cmdline_reads_em
     assert service.pid() is None
 
 
-
 def test_a_service_log_over_the_limit_moves_aside_at_start_and_a_small_one_grows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VF_STATE_DIR", str(tmp_path))
@@ -78,6 +77,7 @@ def test_a_service_log_over_the_limit_moves_aside_at_start_and_a_small_one_grows
     assert service.log_file.read_text() == "new\n"
     assert service.log_file.with_name(service.log_file.name + ".1").read_text() == \
         "an older run's log, long\n"
+
 
 def test_a_pid_file_of_the_old_format_falls_back_to_the_command_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

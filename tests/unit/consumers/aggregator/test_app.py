@@ -36,7 +36,6 @@ def test_the_app_its_group_and_its_changelog_carry_the_topic_prefix(tmp_path: Pa
     assert [str(u) for u in agg.app.conf.broker] == ["kafka://127.0.0.1:9092"]
 
 
-
 def test_a_static_aggregator_is_named_after_its_instance_and_an_empty_one_is_dynamic(
         tmp_path: Path) -> None:
     def member(instance_id: str) -> object:
@@ -47,6 +46,7 @@ def test_a_static_aggregator_is_named_after_its_instance_and_an_empty_one_is_dyn
 
     assert member("vf-0") == "vf-0-aggregator"
     assert member("") is None  # not "-aggregator": VF_INSTANCE_ID empty means dynamic
+
 
 def test_the_web_port_serves_health_and_metrics_when_enabled(tmp_path: Path) -> None:
     agg = JobAggregator(_web(19109, "127.0.0.1"), store=STORE, datadir=tmp_path)
