@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from bench import NAMES as BENCH_NAMES
 from consumers.clients.usage import add_parser as add_usage_parser
 from consumers.gateway.cli import add_parser as add_gateway_parser
 from consumers.settings import Settings, find_checkout, state_dir
@@ -538,9 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("suite", nargs="?",
                        choices=["all", "assignors", "peers", "route", "fuzz", "consent"],
                        default="all",
-                       help="all (default): overhead, capacity, cache, restart, batching, "
-                            "memory, faults, fuzz, consent, decode, flow, lanes, gateway, "
-                            "route, peers "
+                       help=f"all (default): {', '.join(BENCH_NAMES)} "
                             "(docs/benchmarks.md); "
                             "assignors: partitions moved per assignment strategy; "
                             "peers: only nginx + model servers against the fleet; "
@@ -551,9 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="shorter durations and counts, same figures (`make bench`)")
     bench.add_argument("--json", help="write the figures as flat JSON keys to this file")
     bench.add_argument("--only", nargs="+", metavar="NAME",
-                       choices=["overhead", "capacity", "cache", "restart", "batching",
-                                "memory", "faults", "fuzz", "consent", "decode", "flow",
-                                "lanes", "gateway", "route", "peers"],
+                       choices=BENCH_NAMES,
                        help="run only these measurements")
     bench.add_argument("--plots-dir", help="PNG plots go here (default: docs/img of the "
                        "checkout run from, else WORK_DIR/img)")

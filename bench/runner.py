@@ -12,6 +12,7 @@ selected ones succeeded.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import platform
@@ -24,23 +25,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from bench import (
-    batching,
-    cache,
-    capacity,
-    consent,
-    decode,
-    faults,
-    flow,
-    fuzz,
-    gateway,
-    lanes,
-    memory,
-    overhead,
-    peers,
-    restart,
-    route,
-)
+from bench import NAMES
 from bench.cpu import LEDGER
 from bench.harness import BenchContext
 from bench.outcome import Figure, Outcome
@@ -50,18 +35,8 @@ from consumers.settings import Settings
 
 log = logging.getLogger(__name__)
 
-BENCHES: dict[str, ModuleType] = {
-    "overhead": overhead, "capacity": capacity, "cache": cache, "restart": restart,
-    "batching": batching, "memory": memory, "faults": faults,
-    "fuzz": fuzz,  # generated records on every topic a worker or the aggregator reads (24)
-    "consent": consent,  # issue 21: the consent threshold's FAR/FRR (espeak-ng speakers)
-    "decode": decode,  # CosyVoice's LLM stepping several texts at once (no Kafka or S3)
-    "flow": flow,  # CosyVoice's flow matching on several rows at once (upstream's source)
-    "lanes": lanes,
-    "gateway": gateway,  # a caller's first byte through the HTTP gateway (issue 15's target)
-    "route": route,  # fleet routing: one narrator, one brand voice, a kill -9 (issue 20)
-    "peers": peers,  # last: it starts eight processes of its own
-}
+BENCHES: dict[str, ModuleType] = {name: importlib.import_module(f"bench.{name}")
+                                   for name in NAMES}
 
 # The keys issue 8 names; each is in the JSON even when its measurement did not run.
 REQUIRED = (

@@ -46,3 +46,14 @@ def test_machine_reports_cores_and_memory() -> None:
 def test_md_table_formats_cells() -> None:
     assert md_table(["a", "b"], [[0.12345, None], [12.34, "x"]]) == (
         "| a | b |\n|---|---|\n| 0.123 | - |\n| 12.3 | x |")
+
+
+def test_each_name_the_cli_offers_runs_its_own_module() -> None:
+    import voicefactory
+    from bench import NAMES
+
+    parser = voicefactory.build_parser()
+    for name in NAMES:  # every measurement is selectable, and selects bench.<name>
+        assert parser.parse_args(["bench", "--only", name]).only == [name]
+        assert BENCHES[name].__name__ == f"bench.{name}"
+        assert callable(BENCHES[name].run)
