@@ -200,14 +200,14 @@ def show_lines(answer: FleetShow, settings: Settings) -> list[str]:
         return [head, "no worker status within its last 3 intervals: is a worker running "
                       "on this cluster and topic prefix?"]
     rows = [["WORKER", "STATE", "AGE", "LANE", "PARTITIONS", "SHARDS", "BACKLOG", "QUEUED",
-             "RUNNING", "HOT", "HIT RATIO", "FAILED"]]
+             "RUNNING", "SLOTS", "HOT", "HIT RATIO", "FAILED"]]
     for worker in answer.workers:
         for i, (name, lane) in enumerate(worker.lanes.items()):
             first = i == 0
             rows.append([worker.id if first else "", _state(worker) if first else "",
                          f"{worker.age_s:.1f}s" if first else "", name,
                          spans(lane.partitions), spans(lane.shards), str(lane.backlog),
-                         str(lane.queued), f"{lane.inflight}/{lane.slots}",
+                         str(lane.queued), str(lane.inflight), str(lane.slots),
                          str(worker.hot_voices) if first else "",
                          _ratio(worker.cache) if first else "",
                          _errors(worker.errors) if first else ""])

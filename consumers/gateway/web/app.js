@@ -617,7 +617,7 @@ async function fleetPage(live) {
     const lag = f.interactive_lag;
     const lane = (w, name) => {
       const l = w.lanes[name];
-      return `${l.load} waiting / ${l.slots} slot(s); partitions ${l.partitions.join(", ") || "none"}`
+      return `${l.load} waiting or running, ${l.slots} slot(s); partitions ${l.partitions.join(", ") || "none"}`
         + `; shard partitions ${l.shards.join(", ") || "none"}`;
     };
     const ratio = (c) => (!c || c.hit_ratio === null ? "no lookups yet"

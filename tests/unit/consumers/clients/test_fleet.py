@@ -74,8 +74,10 @@ def test_show_lists_each_worker_and_lane_with_the_fleets_totals() -> None:
     lines = show_lines(answer, Settings())
     assert lines[0].startswith("tts.fleet: 2 workers (1 live, 1 draining), 7 records read")
     w0 = next(line for line in lines if line.startswith("w0"))
-    assert w0.split() == ["w0", "live", "0.4s", "batch", "0-5", "0-23", "3", "0", "2/2", "1",
-                          "0.9000", "engine_error", "2"]
+    # RUNNING counts requests on the device and SLOTS the calls it runs at once: a batch of
+    # 20 in one call reads "20 2", not a ratio over 1
+    assert w0.split() == ["w0", "live", "0.4s", "batch", "0-5", "0-23", "3", "0", "2", "2",
+                          "1", "0.9000", "engine_error", "2"]
     assert next(line for line in lines if line.startswith("w1")).split()[:2] == ["w1",
                                                                                  "draining"]
     # the totals count live workers only: the draining one takes nothing new
