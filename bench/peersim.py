@@ -13,7 +13,10 @@ seconds, where the real bench (bench/peers.py) takes half an hour of a quiet mac
        some process has a slot free, where it moves; with `wait_ms` it instead waits at a
        full holder whose next call ends within wait_ms, and moves otherwise; with
        `moves_at` it moves only at that level (with wait_ms's budget there, else none) and
-       waits for its holder at every other one: an oracle told which level item 3 measures)
+       waits for its holder at every other one: an oracle told which level item 3 measures;
+       with a `placement`, a first sighting goes to the process it names when that has a
+       slot free within the wait budget (now, without one): bench.hindsight searches that
+       placement with the whole trace known, and tries one balanced by popularity)
     -> PROCESSES processes x SLOTS slots: a free slot takes the queue whose oldest request is
        oldest; fleet workers take up to MAX_BATCH of that voice as one call, topped up from
        the other voices' queues, oldest first (VoiceBatcher mixing: the bench engine is a
@@ -46,7 +49,16 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.peers import MAX_BATCH, NOMINAL_RPS, PROCESSES, SLOTS, plan, slices, trace
+from bench.peers import (
+    MAX_BATCH,
+    NOMINAL_RPS,
+    PROCESSES,
+    SLOTS,
+    TRACE_SEED,
+    plan,
+    slices,
+    trace,
+)
 from bench.routing import least_conn_pick, simulated_status
 from bench.stats import percentile
 from consumers.fleet.router import COPY_SHARE, HOME_QUEUE, FleetRouter
@@ -73,12 +85,14 @@ class _Run:
 
     def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None,
                  mix: bool = True, ideal: int | None = None,
-                 wait_ms: float | None = None, moves_at: str | None = None) -> None:
+                 wait_ms: float | None = None, moves_at: str | None = None,
+                 placement: dict[str, int] | None = None) -> None:
         self.batch_max = 1 if design == "least_conn" else MAX_BATCH
         self.ideal = ideal  # the ideal router's home queue; None: another design
         self.wait_s = None if wait_ms is None else wait_ms / 1000  # the ideal's wait budget
         self.moves_at = moves_at  # the one level where the ideal moves; waits elsewhere
         self.budget_there = self.wait_s or 0.0  # its wait budget at that level
+        self.placement = placement or {}  # voice -> the process its first sighting prefers
         self.mix = mix
         self.level_of = levels  # request index -> its level
         self.router = router
@@ -126,8 +140,11 @@ class _Run:
             return min(among, key=lambda w: (self.inflight[w], w))
         holders = [w for w, proc in enumerate(self.procs) if voice in proc.cache]
         anywhere = least(list(range(PROCESSES)))
-        if not holders:
-            return anywhere  # a first sighting builds wherever it goes
+        if not holders:  # a first sighting builds wherever it goes
+            chosen = self.placement.get(voice)
+            if chosen is not None and self.slot_free_in(chosen) <= (self.wait_s or 0.0):
+                return chosen
+            return anywhere
         holder = least(holders)
         if self.inflight[anywhere] >= SLOTS:
             return holder  # no slot free anywhere: moving would only add a build
@@ -198,19 +215,24 @@ class _Run:
 def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
              home_queue: int = HOME_QUEUE, balance: float = 1.25,
              copy_share: float = COPY_SHARE, mix: bool = True,
-             wait_ms: float | None = None, moves_at: str | None = None) -> dict[str, Any]:
-    """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds."""
+             wait_ms: float | None = None, moves_at: str | None = None,
+             placement: dict[str, int] | None = None,
+             seed: int = TRACE_SEED) -> dict[str, Any]:
+    """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds; `seed`
+    draws the trace's voices in another order (the recorded runs all used TRACE_SEED)."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
-    if (wait_ms is not None or moves_at is not None) and design != "ideal":
-        raise ValueError("wait_ms and moves_at steer the ideal router: design must be ideal")
+    if (wait_ms is not None or moves_at is not None or placement is not None) \
+            and design != "ideal":
+        raise ValueError("wait_ms, moves_at and placement steer the ideal router: "
+                         "design must be ideal")
     every = slices(plan(quick))  # the whole plan: the trace is cut the way the bench cuts it
     parts = [(name, load, count) for name, load, count in every
              if name != "kill" and (name == "warm" or load <= max_load)]
     if moves_at is not None and moves_at not in {name for name, _, _ in parts}:
         raise ValueError(f"moves_at must name a level of the run "
                          f"({', '.join(name for name, _, _ in parts)}), got {moves_at!r}")
-    voices = [r.voice_id for r in trace(sum(c for _, _, c in every), "sim")]
+    voices = [r.voice_id for r in trace(sum(c for _, _, c in every), "sim", seed)]
     clock = [0.0]
     router = FleetRouter(partitions=PARTITIONS, balance=balance, home_queue=home_queue,
                          copy_share=copy_share, clock=lambda: clock[0],
@@ -223,7 +245,7 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
         start += count / rate
     run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router, mix,
                ideal=home_queue if design == "ideal" else None, wait_ms=wait_ms,
-               moves_at=moves_at)
+               moves_at=moves_at, placement=placement)
     for i, (at, _) in enumerate(schedule):
         clock[0] = at
         run.arrive(at, i, voices[i])

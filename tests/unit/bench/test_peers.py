@@ -242,3 +242,9 @@ def test_levels_past_nominal_go_on_only_while_the_p99_bound_holds() -> None:
     assert seen["nginx"][-1] == seen["voicefactory"][-1]  # same kill slice, same voices
     assert throughput_at_p99(vf["rows"], peers.P99_BOUND_MS) == round(
         1.5 * peers.NOMINAL_RPS, 10)
+
+
+def test_another_trace_seed_draws_another_order_and_the_default_is_the_recorded_one() -> None:
+    recorded = [r.voice_id for r in peers.trace(300, "x")]
+    assert recorded == [r.voice_id for r in peers.trace(300, "x", peers.TRACE_SEED)]
+    assert recorded != [r.voice_id for r in peers.trace(300, "x", peers.TRACE_SEED + 1)]
