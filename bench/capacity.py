@@ -9,17 +9,22 @@ slope over the step's second half is under 5 % of the rate per second and the ba
 the end is at most half a second's worth (or 5 requests); the backlog drains between steps.
 py-spy samples the worker during every step; the busiest step's profile is kept, and the
 top costs are named by self time (the leaf function) and by the project's own frames.
+Around the ladder, bench.cpu reads the CPU of every process on the path (worker, broker and
+S3 server when this stack started them, the driver, the profilers): CPU ms per answered
+request by process, and the rate at which they alone would fill this machine's cores.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import SPLIT_PARTS, machine_split, per_request_split
 from bench.harness import (
     BenchContext,
     Load,
@@ -142,6 +147,8 @@ async def run(ctx: BenchContext) -> Outcome:
         async with Load(s) as load, ResultLog(s) as results:
             await worker.wait_log("assigned partitions", 120)
             await warm(ctx, s, VOICES, load, results)
+            servers = ctx.stack.server_pids()
+            cpu_before, answered_from = machine_split(worker.pid, servers), results.answered
             tried: dict[float, bool] = {}
             while (rate := next_rate(tried)) is not None:
                 # Every step is profiled; the one kept is the busiest (highest rate) one.
@@ -153,13 +160,26 @@ async def run(ctx: BenchContext) -> Outcome:
                 tried[rate] = step["sustained"]
                 if not await _drain(load, results, 60):
                     break
+            split = per_request_split(cpu_before, machine_split(worker.pid, servers),
+                                      results.answered - answered_from,
+                                      os.cpu_count() or 1, prefix="capacity")
     finally:
         await worker.stop()
-    return _outcome(steps, profile_file, spies)
+    return _outcome(steps, profile_file, spies, split)
+
+
+def split_table(split: dict[str, float | None]) -> str:
+    """CPU ms per answered request by process, the parts that were read."""
+    names = {"worker": "worker", "kafka": "broker", "s3": "S3 server",
+             "driver": "bench driver (load + answers)", "profilers": "py-spy"}
+    rows: list[list[object]] = [[names[part], split[f"capacity_cpu_ms_{part}"]]
+                                for part in SPLIT_PARTS if f"capacity_cpu_ms_{part}" in split]
+    return md_table(["process", "CPU ms per answered request"], rows)
 
 
 def _outcome(steps: list[dict[str, Any]], profile_file: Path,
-             spies: dict[float, subprocess.CompletedProcess[str]]) -> Outcome:
+             spies: dict[float, subprocess.CompletedProcess[str]],
+             split: dict[str, float | None]) -> Outcome:
     sustained = [st["rate"] for st in steps if st["sustained"]]
     capacity = max(sustained) if sustained else 0.0
     steps = sorted(steps, key=lambda st: st["rate"])
@@ -182,7 +202,15 @@ def _outcome(steps: list[dict[str, Any]], profile_file: Path,
             [[f"`{fn}`", f"{share:.1%}"] for fn, share in costs["inclusive"]])
     elif profile_rate is not None:
         notes.append(f"py-spy failed: {spies[profile_rate].stderr.strip()[-300:]}")
-    return Outcome("capacity", {"capacity_rps": capacity}, table,
+    if split:
+        table += ("\n\nCPU of every process on the path, over the ladder:\n\n"
+                  + split_table(split))
+        bound = split.get("capacity_cpu_bound_rps")
+        notes.append(f"these processes alone fill {os.cpu_count()} cores at {bound} req/s"
+                     if bound is not None else
+                     "the broker or the S3 server was not started by this stack: their CPU "
+                     "is not in the split, and no machine bound is given")
+    return Outcome("capacity", {"capacity_rps": capacity, **split}, table,
                    series={"steps": [{k: v for k, v in st.items()} for st in steps]},
                    notes=notes)
 

@@ -9,6 +9,10 @@ read (a process killed -9 and reaped cannot be read any more, so a background th
 re-reads every followed meter every 0.5 s), `used_s` is last - baseline.
 CpuLedger collects (cpu seconds, requests answered) per worker process of a run; the runner
 diffs it around each measurement to report `cpu_ms_per_request` and per-measurement figures.
+`machine_split` reads every process on a request's path at once (worker, broker, S3 server,
+the bench's own driver and the profilers it ran); `per_request_split` turns two such reads
+and the answers between them into CPU ms per answered request by process, and the rate at
+which those processes alone would fill the machine's cores.
 """
 
 from __future__ import annotations
@@ -198,3 +202,46 @@ class CpuLedger:
 
 
 LEDGER = CpuLedger()
+
+
+def machine_split(worker_pid: int, servers: dict[str, int],
+                  stats: dict[int, StatTimes] | None = None) -> dict[str, float]:
+    """CPU seconds so far of each process a request's path runs through on this machine:
+    the worker (and its descendants), each server by name, the driver (this process's own
+    threads) and "profilers" (children this process has reaped, e.g. py-spy). A process that
+    cannot be read is left out."""
+    stats = snapshot() if stats is None else stats
+    split: dict[str, float] = {}
+    for name, pid in {"worker": worker_pid, **servers}.items():
+        try:
+            split[name] = tree_cpu_s(pid, stats)
+        except (OSError, ValueError):
+            continue
+    me = stats.get(os.getpid())
+    if me is not None:
+        split["driver"] = me.own_s
+        split["profilers"] = me.children_user_s + me.children_system_s
+    return split
+
+
+SPLIT_PARTS = ("worker", "kafka", "s3", "driver", "profilers")
+
+
+def per_request_split(before: dict[str, float], after: dict[str, float], answered: int,
+                      cores: int, prefix: str) -> dict[str, float | None]:
+    """`<prefix>_cpu_ms_<part>` per answered request for each part read both times, and
+    `<prefix>_cpu_bound_rps`: the rate at which those parts' CPU alone fills `cores`, given
+    only when every part of SPLIT_PARTS was read (a missing server would flatter it)."""
+    figures: dict[str, float | None] = {}
+    if answered <= 0:
+        return figures
+    for part in SPLIT_PARTS:
+        if part in before and part in after:
+            figures[f"{prefix}_cpu_ms_{part}"] = round(
+                1000 * max(0.0, after[part] - before[part]) / answered, 2)
+    total = sum(v for v in figures.values() if v is not None)
+    complete = all(f"{prefix}_cpu_ms_{part}" in figures for part in SPLIT_PARTS)
+    figures[f"{prefix}_cpu_bound_rps"] = (round(1000 * cores / total, 1)
+                                          if complete and total > 0 else None)
+    return figures
+

@@ -37,3 +37,8 @@ class LocalStack(Protocol):
     def kill_store(self) -> None:
         """SIGKILL the S3 server (an outage; `ensure_up` brings it back)."""
         ...
+
+    def server_pids(self) -> dict[str, int]:
+        """The broker's and the S3 server's pids ("kafka", "s3"), for those running from this
+        stack's pid files: the capacity run counts their CPU beside the worker's."""
+        ...

@@ -348,6 +348,11 @@ def store_started_here() -> bool:
     return S3.pid() is not None
 
 
+def server_pids() -> dict[str, int]:
+    """The pids of the servers running from this stack's pid files, by service name."""
+    return {service.name: pid for service in SERVICES if (pid := service.pid()) is not None}
+
+
 def kill_store() -> None:
     pid = S3.pid()
     if pid is None:

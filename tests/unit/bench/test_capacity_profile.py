@@ -1,4 +1,6 @@
-from bench.capacity import parse_collapsed, top_costs
+from pathlib import Path
+
+from bench.capacity import _outcome, parse_collapsed, top_costs
 
 RAW = "\n".join([
     "_run (asyncio/events.py:84);_fetch_loop (/work/main/consumers/worker.py:170);"
@@ -43,3 +45,21 @@ def test_the_rate_ladder_doubles_then_refines_within_the_failing_octave() -> Non
                       26.25: True}) is None
     assert next_rate({10.0: False}) == 6.25
     assert next_rate({640.0: True}, ceiling=1000.0) is None
+
+
+def test_the_outcome_names_each_process_cpu_and_says_when_servers_are_missing(
+        tmp_path: Path) -> None:
+    step = {"rate": 10.0, "sent": 60, "achieved_rps": 9.8, "lag_slope": 0.0, "final_lag": 0.0,
+            "sustained": True, "lag": []}
+    full: dict[str, float | None] = {"capacity_cpu_ms_worker": 4.0, "capacity_cpu_ms_kafka": 2.0,
+            "capacity_cpu_ms_s3": 5.0, "capacity_cpu_ms_driver": 1.5,
+            "capacity_cpu_ms_profilers": 0.5, "capacity_cpu_bound_rps": 153.8}
+    out = _outcome([step], tmp_path / "spy.txt", {}, full)
+    assert out.figures["capacity_cpu_bound_rps"] == 153.8
+    assert "| S3 server | 5.0 |" in out.table and "| broker | 2.0 |" in out.table
+    assert any("req/s" in note and "cores" in note for note in out.notes)
+    partial = {k: v for k, v in full.items() if "kafka" not in k} | {
+        "capacity_cpu_bound_rps": None}
+    out = _outcome([step], tmp_path / "spy.txt", {}, partial)
+    assert "| broker |" not in out.table
+    assert any("not started by this stack" in note for note in out.notes)

@@ -13,7 +13,10 @@ from bench.cpu import (
     TICKS,
     CpuLedger,
     CpuMeter,
+    StatTimes,
+    machine_split,
     parse_stat,
+    per_request_split,
     read_stat,
     snapshot,
     tree_cpu_s,
@@ -151,3 +154,32 @@ async def test_a_worker_process_records_its_cpu_and_answers_from_ready_to_stop(
     await worker.stop()  # a second stop records nothing more
     assert LEDGER.entries[-1] == (name, cpu_s, answered)
     assert sum(1 for e in LEDGER.entries if e[0] == "cpu-test-w0") == 1
+
+
+def _times(own: float, children: float = 0.0, ppid: int = 1) -> StatTimes:
+    return StatTimes(own, 0.0, children, 0.0, ppid)
+
+
+def test_machine_split_reads_each_process_on_the_path_and_skips_the_unreadable() -> None:
+    me = os.getpid()
+    stats = {me: _times(2.0, children=0.5), 100: _times(3.0, ppid=me), 101: _times(1.0, ppid=100),
+             200: _times(4.0), 300: _times(6.0)}
+    split = machine_split(100, {"kafka": 200, "s3": 300, "gone": 999}, stats)
+    # the worker with its descendant; the driver without its children, which are the
+    # profilers it reaped
+    assert split == {"worker": 4.0, "kafka": 4.0, "s3": 6.0, "driver": 2.0, "profilers": 0.5}
+
+
+def test_per_request_split_gives_ms_by_process_and_the_cores_bound_only_when_complete() -> None:
+    before = {"worker": 1.0, "kafka": 1.0, "s3": 1.0, "driver": 1.0, "profilers": 0.0}
+    after = {"worker": 5.0, "kafka": 3.0, "s3": 6.0, "driver": 2.5, "profilers": 0.5}
+    figures = per_request_split(before, after, 1000, cores=2, prefix="capacity")
+    assert figures == {"capacity_cpu_ms_worker": 4.0, "capacity_cpu_ms_kafka": 2.0,
+                       "capacity_cpu_ms_s3": 5.0, "capacity_cpu_ms_driver": 1.5,
+                       "capacity_cpu_ms_profilers": 0.5,
+                       "capacity_cpu_bound_rps": round(2000 / 13.0, 1)}
+    # a broker this stack did not start is not in the split: no bound that would flatter
+    partial = per_request_split({k: v for k, v in before.items() if k != "kafka"}, after,
+                                1000, cores=2, prefix="capacity")
+    assert "capacity_cpu_ms_kafka" not in partial and partial["capacity_cpu_bound_rps"] is None
+    assert per_request_split(before, after, 0, cores=2, prefix="capacity") == {}

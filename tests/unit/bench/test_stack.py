@@ -15,7 +15,7 @@ def test_the_local_stack_module_implements_the_protocol() -> None:
     implementation: LocalStack = stack  # mypy checks every method's signature here
     assert all(callable(getattr(implementation, name)) for name in (
         "all_answering", "ensure_up", "broker_started_here", "restart_broker",
-        "store_started_here", "kill_store"))
+        "store_started_here", "kill_store", "server_pids"))
 
 
 def test_no_product_package_imports_deploy() -> None:
