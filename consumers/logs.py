@@ -4,6 +4,8 @@ Message context travels in `extra=` (request_id, voice_id, partition, offset, st
 becomes top-level JSON keys. A `RepeatFilter` on the handler keeps a burst of one message
 template to a few lines a window: with the broker down, aiokafka retries its metadata update
 without a pause and logs each failure (aio-libs/aiokafka#496), about 1,500 lines a second.
+A `LeaderMoveFilter` before it turns one retried aiokafka ERROR into a WARNING that says
+what happened, so an alert on ERROR lines does not fire each time a topic is made.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import orjson
+from aiokafka.errors import NotLeaderForPartitionError
 
 _CONTEXT = ("request_id", "voice_id", "topic", "partition", "offset", "stage")
 
@@ -73,8 +76,30 @@ class RepeatFilter(logging.Filter):
         return False
 
 
+class LeaderMoveFilter(logging.Filter):
+    """aiokafka's fetcher logs a ListOffsets answered "not the leader" at ERROR ("Failed
+    fetch offsets from <node>: ...") and retries it after its backoff. Kafka answers that for
+    a moment whenever a partition's leadership moves: just after the topic was created, or
+    while a broker restarts. That record becomes a WARNING saying so; any other error keeps
+    its level."""
+
+    FETCHER = "aiokafka.consumer.fetcher"
+    TEMPLATE = "Failed fetch offsets from %s: %s"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if (record.name == self.FETCHER and record.levelno == logging.ERROR
+                and record.msg == self.TEMPLATE and isinstance(args, tuple) and len(args) == 2
+                and isinstance(args[1], NotLeaderForPartitionError)):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = (f"{self.TEMPLATE} (retried: the partition's leader was moving, as "
+                          "it does just after a topic is created or while a broker restarts)")
+        return True
+
+
 def configure(fmt: str = "json", level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(LeaderMoveFilter())  # first: the repeat budget is per final template
     handler.addFilter(RepeatFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else
                          TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

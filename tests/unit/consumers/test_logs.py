@@ -45,3 +45,42 @@ def test_a_burst_of_one_template_is_folded_and_counted() -> None:
     quiet = _record()
     now[0] = 25.0
     assert repeat.filter(quiet) and quiet.getMessage() == "done in 12 ms"
+
+
+def _fetcher_error(error: Exception) -> logging.LogRecord:
+    return logging.LogRecord("aiokafka.consumer.fetcher", logging.ERROR, __file__, 1,
+                             "Failed fetch offsets from %s: %s", (1, error), None)
+
+
+def test_a_list_offsets_that_met_a_moving_leader_is_a_warning_that_says_so() -> None:
+    from aiokafka.errors import KafkaConnectionError, NotLeaderForPartitionError
+
+    from consumers.logs import LeaderMoveFilter
+
+    moving = _fetcher_error(NotLeaderForPartitionError("tts.requests-3"))
+    assert LeaderMoveFilter().filter(moving)
+    assert (moving.levelno, moving.levelname) == (logging.WARNING, "WARNING")
+    entry = orjson.loads(JsonFormatter().format(moving))
+    assert entry["level"] == "warning" and "leader was moving" in entry["msg"]
+    assert "NotLeaderForPartitionError" in entry["msg"]
+    # another error from the same line, or the same error elsewhere, keeps its level
+    down = _fetcher_error(KafkaConnectionError("connection refused"))
+    assert LeaderMoveFilter().filter(down) and down.levelno == logging.ERROR
+    elsewhere = logging.LogRecord("aiokafka.consumer.group_coordinator", logging.ERROR,
+                                  __file__, 1, "Failed fetch offsets from %s: %s",
+                                  (1, NotLeaderForPartitionError("x")), None)
+    assert LeaderMoveFilter().filter(elsewhere) and elsewhere.levelno == logging.ERROR
+
+
+def test_configure_puts_the_leader_filter_before_the_repeat_budget() -> None:
+    from consumers.logs import LeaderMoveFilter, configure
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure()
+        kinds = [type(f) for f in root.handlers[0].filters]
+        assert kinds == [LeaderMoveFilter, RepeatFilter]
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
