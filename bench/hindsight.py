@@ -32,8 +32,8 @@ import random
 from collections import Counter
 from typing import Any
 
-from bench.peers import N_VOICES, PROCESSES, TRACE_SEED, ZIPF_S, plan, slices, trace
-from bench.peersim import MEASURED_LEVEL, simulate
+from bench.peers import N_VOICES, PROCESSES, TRACE_SEED, ZIPF_S, plan, slices
+from bench.peersim import MEASURED_LEVEL, simulate, trace_voices
 from bench.workload import voice_id
 
 HELD_OUT_SEEDS = (17, 18, 19, 20, 21)
@@ -43,7 +43,7 @@ BUILDS_BAR = 0.6  # item 3: the fleet's profile builds at most 0.6x least_conn's
 def level_counts(level: str, *, quick: bool = False, seed: int = TRACE_SEED) -> Counter[str]:
     """Each voice's requests at one level of the trace drawn with `seed`."""
     every = slices(plan(quick))
-    voices = [r.voice_id for r in trace(sum(c for _, _, c in every), "count", seed)]
+    voices = trace_voices(sum(c for _, _, c in every), seed)
     counts: Counter[str] = Counter()
     start = 0
     for name, _, count in every:
@@ -51,6 +51,11 @@ def level_counts(level: str, *, quick: bool = False, seed: int = TRACE_SEED) -> 
             counts.update(voices[start:start + count])
         start += count
     return counts
+
+
+def load_of(level: str, quick: bool) -> float:
+    """The offered load of one level of the plan."""
+    return next(load for name, load, _ in slices(plan(quick)) if name == level)
 
 
 def lpt(weights: dict[str, float]) -> dict[str, int]:
@@ -73,8 +78,7 @@ def moves_at_level(placement: dict[str, int] | None, *, quick: bool = False,
                    seed: int = TRACE_SEED, level: str = MEASURED_LEVEL) -> tuple[int, float]:
     """(moves, p99 ms) at the measured level for the oracle with this placement (None: the
     oracle's own, least loaded at each first sighting)."""
-    load = {name: lv for name, lv, _ in slices(plan(quick))}[level]
-    out = simulate("ideal", quick=quick, max_load=load, moves_at=level,
+    out = simulate("ideal", quick=quick, max_load=load_of(level, quick), moves_at=level,
                    placement=placement or {}, seed=seed)
     there = next(lv for lv in out["levels"] if lv["level"] == level)
     return int(there["moved"]), float(there["p99_ms"])
@@ -83,9 +87,8 @@ def moves_at_level(placement: dict[str, int] | None, *, quick: bool = False,
 def search(iterations: int, *, rng_seed: int = 1, quick: bool = False,
            level: str = MEASURED_LEVEL) -> dict[str, Any]:
     """Hill climbing from LPT by the level's counts; returns the placement and its trail."""
-    load = {name: lv for name, lv, _ in slices(plan(quick))}[level]
     bound = next(lv["p99_ms"] for lv in simulate("least_conn", quick=quick,
-                                                 max_load=load)["levels"]
+                                                 max_load=load_of(level, quick))["levels"]
                  if lv["level"] == level)
     counts = level_counts(level, quick=quick)
     placement = lpt(dict(counts))
@@ -200,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
                     "so the oracle that moves only at 70 %% load moves least there; then "
                     "try that placement on other draws of the same voices (moves at 70 %%).")
     parser.add_argument("--iterations", type=int, default=3000,
-                        help="hill-climbing steps (about 20 a second)")
+                        help="hill-climbing steps (about 200 a second)")
     parser.add_argument("--rng-seed", type=int, default=1, help="the search's own seed")
     parser.add_argument("--quick", action="store_true", help="the quick run's plan")
     parser.add_argument("--homes", action="store_true",

@@ -42,6 +42,7 @@ fleet's builds 490 against 488 and p99s 20-90 ms under the measured ones up to 2
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import json
 import math
@@ -212,6 +213,14 @@ class _Run:
                 now_s=self.now, interval_s=STATUS_S))
 
 
+@functools.lru_cache(maxsize=8)
+def trace_voices(count: int, seed: int = TRACE_SEED) -> tuple[str, ...]:
+    """The trace's voices alone, drawn once per (count, seed): making the trace's requests
+    is most of a simulation's time, and bench.hindsight simulates one trace thousands of
+    times."""
+    return tuple(r.voice_id for r in trace(count, "sim", seed))
+
+
 def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
              home_queue: int = HOME_QUEUE, balance: float = 1.25,
              copy_share: float = COPY_SHARE, mix: bool = True,
@@ -232,7 +241,7 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
     if moves_at is not None and moves_at not in {name for name, _, _ in parts}:
         raise ValueError(f"moves_at must name a level of the run "
                          f"({', '.join(name for name, _, _ in parts)}), got {moves_at!r}")
-    voices = [r.voice_id for r in trace(sum(c for _, _, c in every), "sim", seed)]
+    voices = trace_voices(sum(c for _, _, c in every), seed)
     clock = [0.0]
     router = FleetRouter(partitions=PARTITIONS, balance=balance, home_queue=home_queue,
                          copy_share=copy_share, clock=lambda: clock[0],
