@@ -11,7 +11,8 @@
             order, so callers start them in the order whose reverse is the right stop order
 
 A stop that fails is logged with the part's name and the others still stop, so the error
-that ended the process stays the one reported.
+that ended the process stays the one reported; so does a stop that raises CancelledError
+while nothing cancels the task (aiokafka's consumer.stop() can).
 
 `watch(task, ...)`: a done-callback that logs the exception a background task died of (not
 a cancellation), with context, so a failure nobody awaits is seen when it happens instead of
@@ -49,6 +50,15 @@ def push_stop(stack: contextlib.AsyncExitStack, name: str, stop: Step, *,
 async def _stop(name: str, stop: Step, logger: logging.Logger) -> None:
     try:
         await stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # this task is being cancelled: that goes on
+        # A cancellation nobody asked for: aiokafka's fetcher.close() cancels its pending
+        # fetches and then awaits them bare, so consumer.stop() can raise their
+        # CancelledError. Passed on, it would replace the error that ended the process: the
+        # task would end as cancelled, and the CLI would print no `error: ...`.
+        logger.warning("stopping %s ended in a stray cancellation; stopping the rest", name)
     except Exception:
         logger.exception("stopping %s failed; stopping the rest", name)
 

@@ -206,7 +206,10 @@ async def test_broker_restart_loses_nothing(
     first, second = make_requests(40, voices=20, prefix="pre"), make_requests(40, voices=20,
                                                                              prefix="post")
     async with RunningWorker(
-            s.with_overrides(worker={"instance_id": f"{s.worker.instance_id}-br"})):
+            s.with_overrides(worker={"instance_id": f"{s.worker.instance_id}-br"})) as running:
+        # A restart during start-up is another case: the worker stops and says why (CI once
+        # restarted the broker before a loaded machine had started the worker).
+        await _until_split(running)
         await produce(s, first)
         await asyncio.sleep(1.0)
         await asyncio.to_thread(stack.restart_broker)
