@@ -55,9 +55,10 @@ async def _stop(name: str, stop: Step, logger: logging.Logger) -> None:
         if task is not None and task.cancelling():
             raise  # this task is being cancelled: that goes on
         # A cancellation nobody asked for: aiokafka's fetcher.close() cancels its pending
-        # fetches and then awaits them bare, so consumer.stop() can raise their
-        # CancelledError. Passed on, it would replace the error that ended the process: the
-        # task would end as cancelled, and the CLI would print no `error: ...`.
+        # fetches and awaits them bare, so a fetch cancelled in its retry backoff (the broker
+        # gone) makes consumer.stop() raise CancelledError (aio-libs/aiokafka#647, open).
+        # Passed on, it would replace the error that ended the process: the task would end
+        # as cancelled, and the CLI would print no `error: ...`.
         logger.warning("stopping %s ended in a stray cancellation; stopping the rest", name)
     except Exception:
         logger.exception("stopping %s failed; stopping the rest", name)
