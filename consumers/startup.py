@@ -12,7 +12,11 @@
 
 A stop that fails is logged with the part's name and the others still stop, so the error
 that ended the process stays the one reported; so does a stop that raises CancelledError
-while nothing cancels the task (aiokafka's consumer.stop() can).
+while nothing cancels the task (aiokafka's consumer.stop() can). A stop gets STOP_TIMEOUT_S
+(the worker's drain, bounded by VF_DRAIN_SECONDS itself, gets none): aiokafka's
+producer.stop() flushes what it holds and, with the broker gone, retries that without end, so
+a SIGTERM during an outage never ended the process. Left unfinished, the part is logged; what
+a producer still held was not committed against, so its requests go to the next owner.
 
 `watch(task, ...)`: a done-callback that logs the exception a background task died of (not
 a cancellation), with context, so a failure nobody awaits is seen when it happens instead of
@@ -33,6 +37,10 @@ T = TypeVar("T")
 
 Step = Callable[[], Awaitable[object]]
 
+# Each part's stop, at most. Within the worker pod's grace (60 s) after a 30-s drain for the
+# one part a broker outage holds up (the producer); a healthy stop takes milliseconds.
+STOP_TIMEOUT_S = 10.0
+
 
 async def start_part(stack: contextlib.AsyncExitStack, name: str, start: Step, stop: Step,
                      *, logger: logging.Logger = log) -> None:
@@ -42,14 +50,22 @@ async def start_part(stack: contextlib.AsyncExitStack, name: str, start: Step, s
 
 
 def push_stop(stack: contextlib.AsyncExitStack, name: str, stop: Step, *,
-              logger: logging.Logger = log) -> None:
-    """Run `stop()` when `stack` unwinds; its failure is logged, not raised."""
-    stack.push_async_callback(_stop, name, stop, logger)
+              logger: logging.Logger = log, timeout_s: float | None = STOP_TIMEOUT_S) -> None:
+    """Run `stop()` when `stack` unwinds, for at most `timeout_s` (None: no bound, for a stop
+    with a bound of its own); its failure or overrun is logged, not raised."""
+    stack.push_async_callback(_stop, name, stop, logger, timeout_s)
 
 
-async def _stop(name: str, stop: Step, logger: logging.Logger) -> None:
+async def _stop(name: str, stop: Step, logger: logging.Logger,
+                timeout_s: float | None = STOP_TIMEOUT_S) -> None:
     try:
-        await stop()
+        async with asyncio.timeout(timeout_s):
+            await stop()
+    except TimeoutError:
+        logger.warning("stopping %s took over %g s and is left unfinished (a Kafka client "
+                       "whose broker does not answer: no offset was committed for what it "
+                       "still held, so the partitions' next owner answers it); stopping the "
+                       "rest", name, timeout_s)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():

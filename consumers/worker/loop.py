@@ -94,6 +94,7 @@ from topics.validation import decode_request
 log = logging.getLogger(__name__)
 
 _CANCEL_WAIT_S = 10.0  # the drain's wait for its cancelled loops and late tasks to end
+_FINAL_COMMIT_S = 10.0  # the drain's last commit, at most
 
 
 class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
@@ -289,7 +290,8 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
             await self._drain(loops, dispatchers)
 
         startup.push_stop(stack, "fleet status", fleet.retire, logger=log)
-        startup.push_stop(stack, "drain", drain, logger=log)  # unwound first
+        # unwound first; bounded by VF_DRAIN_SECONDS itself
+        startup.push_stop(stack, "drain", drain, logger=log, timeout_s=None)
 
     async def _start_spill(self, stack: contextlib.AsyncExitStack, producer: Any) -> None:
         """The fleet view this worker's spill routes by (spill.py), when spill is on."""
@@ -337,7 +339,15 @@ class SynthesisWorker(WorkerDispatch, WorkerLifecycle):
         if stuck:
             log.warning("drain: %s still running %.0f s after being cancelled; stopping anyway",
                         ", ".join(sorted(t.get_name() for t in stuck)), _CANCEL_WAIT_S)
-        await self._cp.commit()
+        # Bounded too: aiokafka's commit waits for a group coordinator without end, and with
+        # the broker gone none comes. What stays uncommitted is redelivered to the next owner.
+        try:
+            async with asyncio.timeout(_FINAL_COMMIT_S):
+                await self._cp.commit()
+        except TimeoutError:
+            log.warning("drain: the last commit got no answer in %.0f s (is the broker down?): "
+                        "the next owner of those partitions gets their answered records again "
+                        "and answers them from the store", _FINAL_COMMIT_S)
 
     # -- fetching ----------------------------------------------------------------------
 

@@ -314,6 +314,13 @@ def restart_broker(timeout_s: float = 120.0) -> None:
 
     For fault runs (tests and benchmarks): the workers meanwhile see a broker outage.
     """
+    stop_broker()
+    up(out=io.StringIO(), timeout_s=timeout_s)
+
+
+def stop_broker() -> None:
+    """SIGTERM the broker this checkout started and wait (60 s at most) until it is gone; a
+    fault run brings it back with `ensure_up`."""
     pid = KAFKA.pid()
     if pid is None:
         raise RuntimeError("the broker is not running from this state dir")
@@ -322,7 +329,6 @@ def restart_broker(timeout_s: float = 120.0) -> None:
     while KAFKA.pid() is not None and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.2)
-    up(out=io.StringIO(), timeout_s=timeout_s)
 
 
 def _reap(pid: int) -> None:

@@ -218,6 +218,39 @@ async def test_broker_restart_loses_nothing(
     assert {r.request_id for r in results} >= {r.request_id for r in first + second}
 
 
+async def test_a_stop_while_the_broker_is_down_ends_within_the_pod_s_grace(
+        settings: Settings, voices: list[str], bench_env: None,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # aiokafka's producer flushes to a gone broker without end, and its consumers' stops
+    # raise a stray CancelledError: before consumers/startup.py bounded the stops, SIGTERM
+    # during an outage never ended the worker.
+    if stack.KAFKA.pid() is None:
+        pytest.skip("the broker was not started by this checkout")
+    s = settings.with_overrides(engine={"name": "bench"})
+    running = RunningWorker(
+        s.with_overrides(worker={"instance_id": f"{s.worker.instance_id}-down"}))
+    async with running:
+        await _until_split(running)
+        requests = make_requests(20, voices=10, prefix="down")
+        await produce(s, requests)
+        await wait_for_answers(s, {r.request_id for r in requests}, 60)
+        try:
+            await asyncio.to_thread(stack.stop_broker)
+            await asyncio.sleep(2)  # the clients notice; the fleet status goes unsent
+            started = time.monotonic()
+            running.worker.stop()
+            assert running.task is not None
+            await asyncio.wait({running.task}, timeout=50)
+            took = time.monotonic() - started
+        finally:
+            await asyncio.to_thread(stack.ensure_up)
+        assert running.task.done() and not running.task.cancelled(), took
+        assert running.task.exception() is None
+    assert took < 45, took  # the worker's grace is 60 s (deploy/k8s)
+    assert any(r.getMessage().startswith("stopping producer took over")
+               for r in caplog.records), "the producer's flush was not what held the stop"
+
+
 async def _wait_log(path: Path, text: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

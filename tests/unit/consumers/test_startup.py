@@ -70,3 +70,31 @@ async def test_a_real_cancellation_still_cancels() -> None:
         await task
     assert task.cancelled()
     assert stopped == ["producer"]  # the stack still ran the stops registered before
+
+
+async def test_a_stop_that_hangs_is_left_after_its_bound_and_the_rest_still_stop(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # aiokafka's producer.stop() with the broker gone: it retries its flush without end
+    events: list[str] = []
+    flushing = asyncio.Event()
+
+    async def hanging_stop() -> None:
+        flushing.set()
+        await asyncio.Event().wait()
+
+    async def stop(name: str) -> None:
+        events.append(f"stop {name}")
+
+    async def slow_but_bounded_elsewhere() -> None:
+        await asyncio.sleep(0.2)
+        events.append("stop drain")
+
+    async with contextlib.AsyncExitStack() as stack:
+        startup.push_stop(stack, "health server", lambda: stop("health server"), logger=log)
+        startup.push_stop(stack, "producer", hanging_stop, logger=log, timeout_s=0.05)
+        startup.push_stop(stack, "drain", slow_but_bounded_elsewhere, logger=log,
+                          timeout_s=None)
+    assert flushing.is_set()
+    assert events == ["stop drain", "stop health server"]
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage().startswith("stopping producer took over 0.05 s and is left")
