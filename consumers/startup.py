@@ -62,10 +62,10 @@ async def _stop(name: str, stop: Step, logger: logging.Logger,
         async with asyncio.timeout(timeout_s):
             await stop()
     except TimeoutError:
-        logger.warning("stopping %s took over %g s and is left unfinished (a Kafka client "
-                       "whose broker does not answer: no offset was committed for what it "
-                       "still held, so the partitions' next owner answers it); stopping the "
-                       "rest", name, timeout_s)
+        logger.warning("stopping %s took over %g s and is left unfinished (as a Kafka client "
+                       "is when its broker does not answer: nothing it still held had its "
+                       "offset committed, so the partitions' next owner answers it); "
+                       "stopping the rest", name, timeout_s)
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
