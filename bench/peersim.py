@@ -16,7 +16,10 @@ seconds, where the real bench (bench/peers.py) takes half an hour of a quiet mac
        waits for its holder at every other one: an oracle told which level item 3 measures;
        with a `placement`, a first sighting goes to the process it names when that has a
        slot free within the wait budget (now, without one): bench.hindsight searches that
-       placement with the whole trace known, and tries one balanced by popularity)
+       placement with the whole trace known, and tries one balanced by popularity; with
+       `everywhere` = K, the K most popular voices (Zipf ranks 1-K) go to the least loaded
+       process whoever holds them, so they end up held by every process, each build counted
+       when it happens)
     -> PROCESSES processes x SLOTS slots: a free slot takes the queue whose oldest request is
        oldest; fleet workers take up to MAX_BATCH of that voice as one call, topped up from
        the other voices' queues, oldest first (VoiceBatcher mixing: the bench engine is a
@@ -62,6 +65,7 @@ from bench.peers import (
 )
 from bench.routing import least_conn_pick, simulated_status
 from bench.stats import percentile
+from bench.workload import voice_id
 from consumers.fleet.router import COPY_SHARE, HOME_QUEUE, FleetRouter
 from topics.fleet import MAX_HOT_VOICES
 
@@ -87,13 +91,15 @@ class _Run:
     def __init__(self, design: str, levels: dict[int, str], router: FleetRouter | None,
                  mix: bool = True, ideal: int | None = None,
                  wait_ms: float | None = None, moves_at: str | None = None,
-                 placement: dict[str, int] | None = None) -> None:
+                 placement: dict[str, int] | None = None,
+                 everywhere: frozenset[str] = frozenset()) -> None:
         self.batch_max = 1 if design == "least_conn" else MAX_BATCH
         self.ideal = ideal  # the ideal router's home queue; None: another design
         self.wait_s = None if wait_ms is None else wait_ms / 1000  # the ideal's wait budget
         self.moves_at = moves_at  # the one level where the ideal moves; waits elsewhere
         self.budget_there = self.wait_s or 0.0  # its wait budget at that level
         self.placement = placement or {}  # voice -> the process its first sighting prefers
+        self.everywhere = everywhere  # voices the ideal sends to the least loaded, held or not
         self.mix = mix
         self.level_of = levels  # request index -> its level
         self.router = router
@@ -141,6 +147,8 @@ class _Run:
             return min(among, key=lambda w: (self.inflight[w], w))
         holders = [w for w, proc in enumerate(self.procs) if voice in proc.cache]
         anywhere = least(list(range(PROCESSES)))
+        if voice in self.everywhere:
+            return anywhere
         if not holders:  # a first sighting builds wherever it goes
             chosen = self.placement.get(voice)
             if chosen is not None and self.slot_free_in(chosen) <= (self.wait_s or 0.0):
@@ -225,15 +233,16 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
              home_queue: int = HOME_QUEUE, balance: float = 1.25,
              copy_share: float = COPY_SHARE, mix: bool = True,
              wait_ms: float | None = None, moves_at: str | None = None,
-             placement: dict[str, int] | None = None,
+             placement: dict[str, int] | None = None, everywhere: int = 0,
              seed: int = TRACE_SEED) -> dict[str, Any]:
     """Per level (load, requests, p50_ms, p99_ms, builds) and the counted builds; `seed`
-    draws the trace's voices in another order (the recorded runs all used TRACE_SEED)."""
+    draws the trace's voices in another order (the recorded runs all used TRACE_SEED);
+    `everywhere` the ideal router's K voices held by every process (module docstring)."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
-    if (wait_ms is not None or moves_at is not None or placement is not None) \
-            and design != "ideal":
-        raise ValueError("wait_ms, moves_at and placement steer the ideal router: "
+    if (wait_ms is not None or moves_at is not None or placement is not None
+            or everywhere) and design != "ideal":
+        raise ValueError("wait_ms, moves_at, placement and everywhere steer the ideal router: "
                          "design must be ideal")
     every = slices(plan(quick))  # the whole plan: the trace is cut the way the bench cuts it
     parts = [(name, load, count) for name, load, count in every
@@ -254,7 +263,8 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
         start += count / rate
     run = _Run(design, {i: name for i, (_, name) in enumerate(schedule)}, router, mix,
                ideal=home_queue if design == "ideal" else None, wait_ms=wait_ms,
-               moves_at=moves_at, placement=placement)
+               moves_at=moves_at, placement=placement,
+               everywhere=frozenset(voice_id(rank) for rank in range(everywhere)))
     for i, (at, _) in enumerate(schedule):
         clock[0] = at
         run.arrive(at, i, voices[i])
@@ -271,6 +281,7 @@ def simulate(design: str, *, quick: bool = False, max_load: float = 1.5,
     counted = [lv for lv in levels if lv["level"] != "warm" and lv["load"] <= COUNTED_UP_TO]
     return {"design": design, "home_queue": home_queue, "balance": balance,
             "copy_share": copy_share, "mix": mix, "wait_ms": wait_ms, "moves_at": moves_at,
+            "everywhere": everywhere,
             "levels": levels,
             "builds": sum(lv["first"] + lv["moved"] for lv in counted),
             "first_sightings": sum(lv["first"] for lv in counted)}
@@ -337,21 +348,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--moves-at", default=None, metavar="LEVEL",
                         help="ideal only: move only at this level (e.g. load0.7; with "
                              "--wait-ms, that budget there) and wait at every other")
+    parser.add_argument("--everywhere", type=int, default=0, metavar="K",
+                        help="ideal only: the K most popular voices go to the least loaded "
+                             "process, so every process comes to hold them (builds counted)")
     parser.add_argument("--frontier", action="store_true",
                         help="the ideal router over a sweep of wait budgets, and the oracle "
                              "that moves only at 70 %% load: p99 per level and builds against "
                              "least_conn's, as a markdown table")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    if (args.wait_ms is not None or args.moves_at is not None) and args.design != "ideal":
-        parser.error("--wait-ms and --moves-at steer the ideal router: add --design ideal")
+    if (args.wait_ms is not None or args.moves_at is not None or args.everywhere) \
+            and args.design != "ideal":
+        parser.error("--wait-ms, --moves-at and --everywhere steer the ideal router: "
+                     "add --design ideal")
+    if args.everywhere < 0:
+        parser.error(f"--everywhere must be 0 or more, got {args.everywhere}")
     if args.frontier:
         print(frontier_table(frontier(quick=args.quick, max_load=args.max_load)))
         return
     out = simulate(args.design, quick=args.quick, max_load=args.max_load,
                    home_queue=args.home_queue, balance=args.balance,
                    copy_share=args.copy_share, mix=not args.one_voice_calls,
-                   wait_ms=args.wait_ms, moves_at=args.moves_at)
+                   wait_ms=args.wait_ms, moves_at=args.moves_at, everywhere=args.everywhere)
     if args.json:
         print(json.dumps(out, indent=2))
         return

@@ -42,7 +42,7 @@ def test_a_placement_steers_first_sightings_and_changes_the_moves_at_the_level()
 
 
 def test_a_placement_steers_only_the_ideal_router() -> None:
-    with pytest.raises(ValueError, match="placement steer the ideal router"):
+    with pytest.raises(ValueError, match="placement and everywhere steer the ideal router"):
         simulate("fleet", quick=True, placement={"voice-0000": 1})
 
 
