@@ -145,10 +145,10 @@ class _Run:
     def ideal_pick(self, voice: str, home_queue: int) -> int:
         def least(among: list[int]) -> int:
             return min(among, key=lambda w: (self.inflight[w], w))
-        holders = [w for w, proc in enumerate(self.procs) if voice in proc.cache]
         anywhere = least(list(range(PROCESSES)))
         if voice in self.everywhere:
             return anywhere
+        holders = [w for w, proc in enumerate(self.procs) if voice in proc.cache]
         if not holders:  # a first sighting builds wherever it goes
             chosen = self.placement.get(voice)
             if chosen is not None and self.slot_free_in(chosen) <= (self.wait_s or 0.0):

@@ -57,7 +57,7 @@ def push_stop(stack: contextlib.AsyncExitStack, name: str, stop: Step, *,
 
 
 async def _stop(name: str, stop: Step, logger: logging.Logger,
-                timeout_s: float | None = STOP_TIMEOUT_S) -> None:
+                timeout_s: float | None) -> None:
     try:
         async with asyncio.timeout(timeout_s):
             await stop()
