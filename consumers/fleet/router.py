@@ -128,6 +128,9 @@ class FleetRouter:
         self._wall_ms = wall_ms
         self._status: dict[str, WorkerStatus] = {}
         self._seen_at: dict[str, float] = {}  # local clock when each status arrived
+        # Local clock when the view last read tts.fleet (mark_current); None: a router fed
+        # statuses without a view, whose clock is its reference.
+        self._current_at: float | None = None
         self._others: dict[tuple[str, str], int] = {}  # (lane, worker) -> load not ours
         self._mine: dict[tuple[str, str], int] = {}  # (lane, worker) -> ours outstanding
         self._routed: dict[str, tuple[str, str, str]] = {}  # request_id -> (lane, worker, voice)
@@ -174,11 +177,23 @@ class FleetRouter:
             self._seen_at.pop(worker, None)
             self._invalidate()
 
+    def mark_current(self) -> None:
+        """The view has just read what tts.fleet held: a worker's silence counts from here."""
+        self._current_at = self._clock()
+
     def alive(self, worker: str | None) -> bool:
+        """Heard within its last STALE_INTERVALS intervals, as of the view's last read.
+
+        A silence is counted up to the moment the view last read the topic, not up to now:
+        a process whose loop stalled (CPU starved, a long pause) or whose reader fell
+        behind has not heard the workers, which is not the workers going quiet. Counting
+        it against them emptied the view of every worker at once (every route unrouted, a
+        failover for every streamed request)."""
         if worker is None or worker not in self._status:
             return False
         status = self._status[worker]
-        age_ms = (self._clock() - self._seen_at[worker]) * 1000
+        now = self._clock() if self._current_at is None else self._current_at
+        age_ms = (now - self._seen_at[worker]) * 1000
         return not status.draining and age_ms <= STALE_INTERVALS * status.interval_ms
 
     def statuses(self) -> list[WorkerStatus]:

@@ -3,7 +3,9 @@
     start(): a group-less consumer assigned every partition of tts.fleet from the beginning
         (compacted: one status per worker, plus tombstones) -> read up to the end offsets it
         had at start, at most `catch_up_s` (so the first route already sees the fleet)
-        -> a background task tails it
+        -> a background task tails it; each read marks the router current, so a worker's
+           silence counts only while this process is reading (a stalled loop is not a
+           fleet gone quiet)
     each record: null value -> router.remove(worker); a status -> router.apply (a status
         too old to be a live worker's is dropped there); anything else is logged and skipped
 
@@ -86,6 +88,7 @@ class FleetView:
         for records in batches.values():
             for record in records:
                 self._apply(record.key, record.value)
+        self.router.mark_current()
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         self.records += 1

@@ -28,6 +28,7 @@ from tests.integration.conftest import RunningWorker
 from tests.integration.workers import produce, start_worker, wait_for_answers
 from topics.admin import admin_client, create_topics, grow_request_lanes
 from topics.events import SynthesisRequest
+from topics.fleet import STALE_INTERVALS
 from topics.specs import (
     ALL_TOPICS,
     REQUESTS,
@@ -146,6 +147,24 @@ async def test_a_dynamic_member_is_in_the_view_under_a_name_of_its_own(
         await until(lambda: len(view.workers("batch")) == 2, 60, "both workers in the view")
         assert member.worker.name in view.workers("batch")
         assert member.worker.name.startswith(f"{socket.gethostname()}-{os.getpid()}-")
+
+
+async def test_a_stalled_loop_does_not_empty_the_view(
+        settings: Settings, view: FleetRouter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop blocked for twice the staleness bound (as a CPU-starved process's is): the
+    view has heard nothing since, and still holds the worker; CI once saw 6 of 20
+    gateway routes go out unrouted when it did not."""
+    for k, v in FAST_ENGINE.items():
+        monkeypatch.setenv(k, v)
+    async with RunningWorker(fleet_settings(settings, 0)) as member:
+        await until(lambda: view.workers("batch") == [member.worker.name], 60,
+                    "the worker in the view")
+        status = view._status[member.worker.name]
+        # On purpose: blocks the whole loop, the view and the worker with it.
+        time.sleep(2 * STALE_INTERVALS * status.interval_ms / 1000)  # noqa: ASYNC251
+        assert view.alive(member.worker.name) and view.route("v").worker == member.worker.name
+        await asyncio.sleep(1.0)  # the view reads again: the worker has spoken since
+        assert view.alive(member.worker.name)
 
 
 async def test_one_voice_is_answered_by_every_worker(

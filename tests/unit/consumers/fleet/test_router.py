@@ -131,6 +131,19 @@ def test_a_silent_worker_leaves_the_view_after_three_intervals() -> None:
     assert moved.worker not in (home, None) and moved.shard > 0
 
 
+def test_a_view_that_read_nothing_for_a_while_keeps_its_workers() -> None:
+    """A stalled process (its view unread) has not heard the fleet: that is no silence of
+    the workers. Once the view reads again, a worker that truly went quiet is gone."""
+    clock = Clock()
+    router = fleet(3, 12, clock=clock)
+    router.mark_current()
+    home = router.route("narrator").worker
+    clock.t = 5.0  # the loop stalled: no read since 0.0
+    assert router.alive(home) and router.route("narrator").worker == home
+    router.mark_current()  # read, and nobody had spoken since 0.0
+    assert not router.alive(home) and router.route("narrator").worker is None
+
+
 def test_draining_and_tombstoned_workers_get_nothing_new() -> None:
     router = fleet(2, 4)
     home = router.route("narrator").worker
