@@ -149,12 +149,19 @@ class FleetRouter:
 
     # -- the view ------------------------------------------------------------------------
 
-    def apply(self, status: WorkerStatus) -> None:
-        """A worker's newest status (older ones than held are ignored)."""
+    def apply(self, status: WorkerStatus, *, replayed: bool = True) -> None:
+        """A worker's newest status (older ones than held are ignored).
+
+        A `replayed` one (read from tts.fleet's history, not as it was written) is judged by
+        its own timestamp against this host's clock, so a worker that died without a
+        tombstone is not taken for a live one. A status read as it was written is taken
+        whatever its timestamp says: the worker just spoke, and a worker host whose clock
+        runs behind this one's by more than three intervals would otherwise never be
+        routed to. Its silences are judged by this process's clock alone (alive())."""
         held = self._status.get(status.worker)
         if held is not None and held.at_ms > status.at_ms:
             return
-        if status.stale_after_ms() < self._wall_ms():  # a dead worker's last word
+        if replayed and status.stale_after_ms() < self._wall_ms():  # a dead worker's last word
             self.remove(status.worker)
             return
         changed = held is None or any(

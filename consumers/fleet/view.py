@@ -6,8 +6,10 @@
         -> a background task tails it; each read marks the router current, so a worker's
            silence counts only while this process is reading (a stalled loop is not a
            fleet gone quiet)
-    each record: null value -> router.remove(worker); a status -> router.apply (a status
-        too old to be a live worker's is dropped there); anything else is logged and skipped
+    each record: null value -> router.remove(worker); a status -> router.apply,
+        `replayed` when it lies before the end offsets of the start (such a status too old
+        to be a live worker's is dropped there; one written since is a worker that just
+        spoke, whatever its host's clock says); anything else is logged and skipped
 
 Without the topic (a cluster made before routing) start() logs one warning and the router
 stays empty: every route is then the plain voice_id, which is what producers did before.
@@ -42,6 +44,7 @@ class FleetView:
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
         self.records = 0
+        self._history: dict[TopicPartition, int] = {}  # end offsets at start: older is replayed
         self.available = False  # the topic exists and was read
 
     async def start(self) -> None:
@@ -59,6 +62,7 @@ class FleetView:
             return
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
+        self._history = await consumer.end_offsets(tps)
         if not await read_since(consumer, tps, 0, limit_s=self._catch_up_s,
                                 read=lambda: self.poll(timeout_ms=100)):
             log.warning("fleet view not read to its end within %.0f s", self._catch_up_s)
@@ -85,12 +89,13 @@ class FleetView:
 
     async def poll(self, timeout_ms: int = 200) -> None:
         batches = await self._consumer.getmany(timeout_ms=timeout_ms)
-        for records in batches.values():
+        for tp, records in batches.items():
+            history = self._history.get(tp, 0)
             for record in records:
-                self._apply(record.key, record.value)
+                self._apply(record.key, record.value, replayed=record.offset < history)
         self.router.mark_current()
 
-    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+    def _apply(self, key: bytes | None, value: bytes | None, *, replayed: bool) -> None:
         self.records += 1
         if value is None:
             if key:
@@ -101,7 +106,7 @@ class FleetView:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("tts.fleet record skipped: %s", exc)
             return
-        self.router.apply(status)
+        self.router.apply(status, replayed=replayed)
 
     async def _tail(self) -> None:
         while True:

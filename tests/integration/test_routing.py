@@ -167,6 +167,22 @@ async def test_a_stalled_loop_does_not_empty_the_view(
         assert view.alive(member.worker.name)
 
 
+async def test_a_router_whose_clock_runs_ahead_still_sees_the_workers(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This host's clock 5 s ahead of the worker's (NTP off, a VM resumed): every status
+    looks older than the staleness bound, and the worker was never routed to."""
+    for k, v in FAST_ENGINE.items():
+        monkeypatch.setenv(k, v)
+    router = FleetRouter(partitions=REQUESTS.partitions,
+                         wall_ms=lambda: int(time.time() * 1000) + 5_000)
+    async with RunningWorker(fleet_settings(settings, 0)) as member, \
+            FleetView(settings.kafka, topic_names(settings.kafka.topic_prefix).fleet, router):
+        await until(lambda: router.workers("batch") == [member.worker.name], 60,
+                    "the worker in the view")
+        await asyncio.sleep(1.0)
+        assert router.route("v").worker == member.worker.name
+
+
 async def test_one_voice_is_answered_by_every_worker(
         settings: Settings, voice: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in FAST_ENGINE.items():

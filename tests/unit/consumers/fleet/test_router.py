@@ -165,6 +165,16 @@ def test_avoid_skips_a_worker_and_stale_statuses_are_dropped() -> None:
     assert "ghost" not in router.workers("batch")
 
 
+def test_a_status_read_as_written_counts_whatever_its_hosts_clock_says() -> None:
+    """Replayed history is judged by its timestamp (a dead worker's last word); a status
+    read live is a worker that just spoke, from a host whose clock may run behind."""
+    router = FleetRouter(partitions=4, clock=Clock(), wall_ms=lambda: NOW_MS)
+    router.apply(status("behind", [0, 1], at_ms=NOW_MS - 5_000), replayed=False)
+    assert "behind" in router.workers("batch")
+    router.apply(status("dead", [2, 3], at_ms=NOW_MS - 5_000))  # replayed: its last word
+    assert "dead" not in router.workers("batch")
+
+
 def test_a_request_routed_twice_counts_once() -> None:
     router = fleet(2, 4)
     a = router.route("v")
