@@ -184,9 +184,12 @@ class FleetRouter:
             self._seen_at.pop(worker, None)
             self._invalidate()
 
-    def mark_current(self) -> None:
-        """The view has just read what tts.fleet held: a worker's silence counts from here."""
-        self._current_at = self._clock()
+    def mark_current(self, lag_s: float = 0.0) -> None:
+        """The view has read what tts.fleet held `lag_s` ago (its last answer from the
+        broker): a worker's silence counts up to then."""
+        at = self._clock() - max(0.0, lag_s)
+        if self._current_at is None or at > self._current_at:
+            self._current_at = at
 
     def alive(self, worker: str | None) -> bool:
         """Heard within its last STALE_INTERVALS intervals, as of the view's last read.

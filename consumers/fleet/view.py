@@ -3,9 +3,9 @@
     start(): a group-less consumer assigned every partition of tts.fleet from the beginning
         (compacted: one status per worker, plus tombstones) -> read up to the end offsets it
         had at start, at most `catch_up_s` (so the first route already sees the fleet)
-        -> a background task tails it; each read marks the router current, so a worker's
-           silence counts only while this process is reading (a stalled loop is not a
-           fleet gone quiet)
+        -> a background task tails it; each read marks the router current as of the
+           broker's last fetch answer, so a worker's silence counts only while this process
+           hears the broker (a stalled loop is not a fleet gone quiet)
     each record: null value -> router.remove(worker); a status -> router.apply,
         `replayed` when it lies before the end offsets of the start (such a status too old
         to be a live worker's is dropped there; one written since is a worker that just
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import msgspec
@@ -93,7 +94,11 @@ class FleetView:
             history = self._history.get(tp, 0)
             for record in records:
                 self._apply(record.key, record.value, replayed=record.offset < history)
-        self.router.mark_current()
+        # Every record fetched so far is applied: the view is as current as the broker's
+        # last fetch answer, which may be older than now (a stalled loop fetches nothing).
+        answered = [self._consumer.last_poll_timestamp(tp) for tp in self._history]
+        if answered and None not in answered:
+            self.router.mark_current(lag_s=time.time() - min(answered) / 1000)
 
     def _apply(self, key: bytes | None, value: bytes | None, *, replayed: bool) -> None:
         self.records += 1
