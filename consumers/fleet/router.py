@@ -191,6 +191,10 @@ class FleetRouter:
         if self._current_at is None or at > self._current_at:
             self._current_at = at
 
+    def view_age_s(self) -> float | None:
+        """Seconds since the view's last answer from the broker; None before its first."""
+        return None if self._current_at is None else self._clock() - self._current_at
+
     def alive(self, worker: str | None) -> bool:
         """Heard within its last STALE_INTERVALS intervals, as of the view's last read.
 

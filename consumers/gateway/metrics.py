@@ -2,7 +2,8 @@
 
 The app calls the hooks: every finished HTTP exchange -> `on_response(route, status)`; a
 speech answer's first audio byte -> `observe_ttfb(seconds)`; streams opening and closing ->
-`set_open_streams(n)`; the lag sampler -> `set_lag(n)`. Names (dashboard contract):
+`set_open_streams(n)`; the lag sampler -> `set_lag(n)`; the fleet router, once routing
+starts -> `watch_fleet(router)`, read at each scrape. Names (dashboard contract):
 
     vf_gateway_requests_total{route,status}   route is the template (/v1/voices/{id})
     vf_gateway_ttfb_seconds                   request received -> first audio byte out
@@ -13,15 +14,22 @@ speech answer's first audio byte -> `observe_ttfb(seconds)`; streams opening and
     vf_gateway_routes_total{lane,reason}      requests produced, by why the fleet router chose
                                               their worker: home, copy, held, joined, moved
                                               (a profile build there), unrouted (no view)
+    vf_gateway_fleet_workers{lane}            live workers in this gateway's fleet view
+    vf_gateway_fleet_view_age_seconds         since the view's last answer from the broker
+                                              (-1 before the first)
     vf_gateway_audit_events_total{action,result}  audit events written (ok) or not (failed:
                                               the action was refused, 503)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from consumers.fleet.router import LANES, FleetRouter
 from consumers.metrics import CONTENT_TYPE
+from topics.fleet import RouteLane
 
 # 5 ms .. 10 s: a cached bench-engine answer and a cold CPU synthesis both land in a bucket.
 TTFB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -49,6 +57,26 @@ class GatewayMetrics:
         self._audit = Counter("vf_gateway_audit_events", "Audit events by action; failed: "
                               "not written, the action refused", ["action", "result"],
                               registry=r)
+
+        self._fleet_workers = Gauge("vf_gateway_fleet_workers", "Live workers in this "
+                                    "gateway's fleet view, by lane", ["lane"], registry=r)
+        self._view_age = Gauge("vf_gateway_fleet_view_age_seconds", "Seconds since the fleet "
+                               "view's last answer from the broker (-1 before the first)",
+                               registry=r)
+
+    def watch_fleet(self, router: FleetRouter) -> None:
+        """Read the router's view at each scrape: 0 workers in a lane means every request
+        of it goes out unrouted; a growing age, that the view no longer hears the broker."""
+        def live(lane: RouteLane) -> Callable[[], float]:
+            return lambda: len(router.workers(lane))
+
+        def view_age() -> float:
+            age = router.view_age_s()
+            return -1.0 if age is None else age
+
+        for lane in LANES:
+            self._fleet_workers.labels(lane=lane).set_function(live(lane))
+        self._view_age.set_function(view_age)
 
     def on_audit(self, action: str, ok: bool) -> None:
         self._audit.labels(action=action, result="ok" if ok else "failed").inc()

@@ -124,6 +124,8 @@ class Gateway:
         routes, self.fleet = await fleet_router(self.settings, producer)
         if self.fleet is not None:
             startup.push_stop(stack, "fleet view", self._stop_fleet, logger=log)
+        if routes is not None:
+            self.metrics.watch_fleet(routes)
         on_route = self.metrics.on_route
         interactive = lane_sender(producer, self.names, "interactive", routes,
                                   on_route=on_route)

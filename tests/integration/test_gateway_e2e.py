@@ -197,6 +197,9 @@ async def test_20_streams_through_2_replicas_and_2_real_workers(
         routes = {reason: sum(gw.gateway.metrics.registry.get_sample_value(
             "vf_gateway_routes_total", {"lane": "interactive", "reason": reason}) or 0
             for gw in (one, two)) for reason in ROUTE_REASONS}
+        live = [gw.gateway.metrics.registry.get_sample_value(
+            "vf_gateway_fleet_workers", {"lane": "interactive"}) for gw in (one, two)]
+    assert live == [2, 2], live  # what /metrics says each replica's view holds
     # every request routed over the fleet view (a failover would add a route), none unrouted
     assert sum(routes.values()) >= 20 and routes["unrouted"] == 0, routes
     # The bench engine speaks 0.06 s a character: ~2 s per line, mp3 padding aside.

@@ -71,7 +71,8 @@ def test_prometheus_rule_carries_every_alert(tools: None) -> None:
     assert alerts == {"VoiceFactoryLagGrowing", "VoiceFactoryPartitionStuck",
                       "VoiceFactoryNoReadyWorkers", "VoiceFactoryErrorRate",
                       "VoiceFactoryDLQRate", "VoiceFactoryRepeatedOOM",
-                      "VoiceFactoryJobEmitErrors", "VoiceFactoryRoutesMoving"}
+                      "VoiceFactoryJobEmitErrors", "VoiceFactoryRoutesMoving",
+                      "VoiceFactoryGatewayFleetBlind"}
 
 
 # -- dashboard --------------------------------------------------------------------------------
