@@ -3,7 +3,8 @@ for an operator asking which workers are up, how much waits where, and why a voi
 requests run where they do.
 
     tts.fleet (group-less, every partition from the beginning, up to the end offsets it had
-    at start: FleetView) -> a FleetRouter with this process's VF_ROUTE_* settings
+    at start, then one status interval more: FleetView) -> a FleetRouter with this
+    process's VF_ROUTE_* settings
         show:  worker_views + fleet_counts (what GET /v1/fleet says of the workers)
                -> one row per worker and lane, then the fleet's totals; or JSON
         route: router.order(voice, lane): the voice's workers in the order its routing keys
@@ -18,6 +19,7 @@ process, which has sent nothing, so `route` shows where a quiet voice's next req
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Literal, TextIO
 
@@ -81,10 +83,17 @@ class FleetRouteAnswer(msgspec.Struct, kw_only=True):
     route: RouteChoice
 
 
-async def read_fleet(settings: Settings, *, catch_up_s: float = 5.0) -> tuple[FleetRouter,
-                                                                              FleetView]:
+async def read_fleet(settings: Settings, *, catch_up_s: float = 5.0,
+                     listen_s: float | None = None) -> tuple[FleetRouter, FleetView]:
     """A router holding every status on tts.fleet now (the view is stopped again).
-    Raises RuntimeError when the topic does not exist."""
+    Raises RuntimeError when the topic does not exist.
+
+    After the history it listens `listen_s` more (one status interval and a little, by
+    default): the history's statuses are judged by their timestamps against this host's
+    clock, and a worker whose host clock runs behind would look dead in them; its next
+    status, read as it is written, counts whatever the clocks say (FleetRouter.apply)."""
+    if listen_s is None:
+        listen_s = settings.routing.fleet_interval_ms / 1000 + 0.2
     routing = settings.routing
     router = FleetRouter(partitions=REQUESTS.partitions, balance=routing.balance,
                          home_queue=routing.home_queue, copy_share=routing.copy_share)
@@ -94,6 +103,7 @@ async def read_fleet(settings: Settings, *, catch_up_s: float = 5.0) -> tuple[Fl
         if not view.available:
             raise RuntimeError(f"topic {topic} does not exist; run `voicefactory topics "
                                "create`")
+        await asyncio.sleep(listen_s)
     return router, view
 
 

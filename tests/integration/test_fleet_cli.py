@@ -105,3 +105,33 @@ async def test_show_and_route_read_the_fleet_topic(
     code, out, err = await cli(["fleet", "show", "--topic-prefix", "nosuch.",
                                 "--bootstrap", settings.kafka.bootstrap], capsys)
     assert code == 1 and "topic nosuch.tts.fleet does not exist" in err
+
+
+async def test_show_lists_a_worker_whose_clock_runs_behind(
+        settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker host 5 s behind this one: its statuses on the topic's history all look dead
+    by this host's clock, and the one written while `fleet show` listens counts."""
+    lane = LaneLoad(partitions=[0], topic_partitions=12, slots=2)
+    producer = make_producer(settings.kafka)
+    await producer.start()
+    stop = asyncio.Event()
+
+    async def speak() -> None:  # every 200 ms, as a worker with VF_FLEET_INTERVAL_MS=200
+        topic = topic_names(settings.kafka.topic_prefix).fleet
+        while not stop.is_set():
+            status = WorkerStatus(worker="behind", at_ms=int(time.time() * 1000) - 5_000,
+                                  interval_ms=200, lanes={"batch": lane, "interactive": lane})
+            await producer.send_and_wait(topic, encode_status(status), key=b"behind")
+            await asyncio.sleep(0.2)
+
+    task = asyncio.create_task(speak())
+    try:
+        await asyncio.sleep(1.0)  # a history of statuses that all look 5 s old here
+        code, out, _ = await cli(["fleet", "show", "--json", *flags(settings)], capsys)
+        assert code == 0, out
+        [worker] = msgspec.json.decode(out, type=FleetShow).workers
+        assert worker.id == "behind" and worker.alive and worker.age_s >= 4.5
+    finally:
+        stop.set()
+        await task
+        await producer.stop()
