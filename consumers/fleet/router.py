@@ -128,6 +128,10 @@ class FleetRouter:
         self._wall_ms = wall_ms
         self._status: dict[str, WorkerStatus] = {}
         self._seen_at: dict[str, float] = {}  # local clock when each status arrived
+        # Each held status's place in the order the view read them: tts.fleet's log order,
+        # which no host's clock can skew (a contested partition goes to the latest claim).
+        self._arrived: dict[str, int] = {}
+        self._arrivals = 0
         # Local clock when the view last read tts.fleet (mark_current); None: a router fed
         # statuses without a view, whose clock is its reference.
         self._current_at: float | None = None
@@ -169,6 +173,8 @@ class FleetRouter:
             for n in LANES) or held.draining != status.draining
         self._status[status.worker] = status
         self._seen_at[status.worker] = self._clock()
+        self._arrivals += 1
+        self._arrived[status.worker] = self._arrivals
         self._hot[status.worker] = frozenset(status.hot)
         for lane in LANES:
             mine = self._mine.get((lane, status.worker), 0)
@@ -182,6 +188,7 @@ class FleetRouter:
         self._hot.pop(worker, None)
         if self._status.pop(worker, None) is not None:
             self._seen_at.pop(worker, None)
+            self._arrived.pop(worker, None)
             self._invalidate()
 
     def mark_current(self, lag_s: float = 0.0) -> None:
@@ -234,16 +241,17 @@ class FleetRouter:
         self._walks.clear()
 
     def _owner_map(self, lane: str) -> dict[int, str]:
-        """partition -> its live owner; the freshest status wins a partition two claim."""
+        """partition -> its live owner; the status read last wins a partition two claim."""
         if self._owners is not None and all(self.alive(w) for w in self._live):
             return self._owners.get(lane, {})
         for gone in [w for w in self._status if not self.alive(w)
                      and not self._status[w].draining]:
             self._status.pop(gone)
             self._seen_at.pop(gone, None)
+            self._arrived.pop(gone, None)
         owners: dict[str, dict[int, str]] = {lane: {} for lane in LANES}
         live = sorted((s for s in self._status.values() if not s.draining),
-                      key=lambda s: s.at_ms)
+                      key=lambda s: self._arrived.get(s.worker, 0))
         # The lanes may have been grown since this router started: the workers say so.
         self.partitions = max([self._configured, *(s.lane(n).topic_partitions
                                                    for s in live for n in LANES)])

@@ -95,8 +95,8 @@ async def test_show_and_route_read_the_fleet_topic(
                                  capsys)
         assert code == 0
         route = msgspec.json.decode(out, type=FleetRouteAnswer)
-        # `other` claims shard partition 47, which the worker holds too: the fresher status
-        # (the worker's, every 200 ms) wins it, so the voice's order is the worker alone.
+        # `other` claims shard partition 47, which the worker holds too: the status read
+        # later (the worker's, every 200 ms) wins it, so the voice's order is the worker alone.
         assert [(p.worker, p.partition, p.hot) for p in route.order] == [
             (me, partition_for("brand", 48), False)]
         assert route.topic == f"{prefix}tts.requests.shards"

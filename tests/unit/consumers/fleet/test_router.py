@@ -177,6 +177,17 @@ def test_a_status_read_as_written_counts_whatever_its_hosts_clock_says() -> None
     assert "dead" not in router.workers("batch")
 
 
+def test_a_contested_partition_goes_to_the_claim_read_last_whatever_its_clock() -> None:
+    """Mid-rebalance the old owner's status still claims a partition the new owner has
+    claimed since; the new owner's host clock runs 2 s behind. The topic's order, not
+    at_ms, says which claim is newer."""
+    router = FleetRouter(partitions=2, clock=Clock(), wall_ms=lambda: NOW_MS)
+    router.apply(status("old", [0, 1], at_ms=NOW_MS))
+    router.apply(status("new", [1], at_ms=NOW_MS - 2_000), replayed=False)
+    owners = {p: w for i in range(40) for _, p, w in router.order(f"v{i}")}
+    assert owners == {0: "old", 1: "new"}
+
+
 def test_a_request_routed_twice_counts_once() -> None:
     router = fleet(2, 4)
     a = router.route("v")
