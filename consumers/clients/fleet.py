@@ -92,9 +92,9 @@ async def read_fleet(settings: Settings, *, catch_up_s: float = 5.0,
     default): the history's statuses are judged by their timestamps against this host's
     clock, and a worker whose host clock runs behind would look dead in them; its next
     status, read as it is written, counts whatever the clocks say (FleetRouter.apply)."""
-    if listen_s is None:
-        listen_s = settings.routing.fleet_interval_ms / 1000 + 0.2
     routing = settings.routing
+    if listen_s is None:
+        listen_s = routing.fleet_interval_ms / 1000 + 0.2
     router = FleetRouter(partitions=REQUESTS.partitions, balance=routing.balance,
                          home_queue=routing.home_queue, copy_share=routing.copy_share)
     topic = topic_names(settings.kafka.topic_prefix).fleet

@@ -2,10 +2,11 @@
 a popular voice is shared by as many workers as its traffic keeps busy, and only what
 exceeds a worker's share moves on.
 
-    statuses (tts.fleet, via FleetView) -> apply(): who owns which partition of each lane,
-        what waits for each worker (`others`: the fleet's load less this router's own); a
-        lane's shard topic (tts.requests[.interactive].shards, wider than the plain one) as
-        soon as a live worker says it holds some of it, else its plain topic
+    statuses (tts.fleet, via FleetView; when each was heard: hearing.py) -> apply(): who
+        owns which partition of each lane, what waits for each worker (`others`: the
+        fleet's load less this router's own); a lane's shard topic
+        (tts.requests[.interactive].shards, wider than the plain one) as soon as a live
+        worker says it holds some of it, else its plain topic
     route(voice, lane) -> the voice's preference list, walked lazily: shard 0, 1, 2, ...
         -> murmur2(routing key) -> partition -> its live owner, each worker once (a
         consistent-hash order of the workers, fixed per voice while ownership holds)
@@ -59,6 +60,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TypeVar
 
+from consumers.fleet.hearing import Hearing
 from topics.fleet import (
     MAX_SHARD,
     STALE_INTERVALS,
@@ -124,17 +126,9 @@ class FleetRouter:
         self.balance = balance
         self.home_queue = home_queue
         self.copy_share = copy_share
-        self._clock = clock
         self._wall_ms = wall_ms
         self._status: dict[str, WorkerStatus] = {}
-        self._seen_at: dict[str, float] = {}  # local clock when each status arrived
-        # Each held status's place in the order the view read them: tts.fleet's log order,
-        # which no host's clock can skew (a contested partition goes to the latest claim).
-        self._arrived: dict[str, int] = {}
-        self._arrivals = 0
-        # Local clock when the view last read tts.fleet (mark_current); None: a router fed
-        # statuses without a view, whose clock is its reference.
-        self._current_at: float | None = None
+        self.hearing = Hearing(clock)  # when each status arrived; the view marks its reads
         self._others: dict[tuple[str, str], int] = {}  # (lane, worker) -> load not ours
         self._mine: dict[tuple[str, str], int] = {}  # (lane, worker) -> ours outstanding
         self._routed: dict[str, tuple[str, str, str]] = {}  # request_id -> (lane, worker, voice)
@@ -172,9 +166,7 @@ class FleetRouter:
             _ownership(held.lane(n)) != _ownership(status.lane(n))
             for n in LANES) or held.draining != status.draining
         self._status[status.worker] = status
-        self._seen_at[status.worker] = self._clock()
-        self._arrivals += 1
-        self._arrived[status.worker] = self._arrivals
+        self.hearing.heard(status.worker)
         self._hot[status.worker] = frozenset(status.hot)
         for lane in LANES:
             mine = self._mine.get((lane, status.worker), 0)
@@ -187,35 +179,17 @@ class FleetRouter:
         """The worker is gone (a tombstone on tts.fleet, or it went stale)."""
         self._hot.pop(worker, None)
         if self._status.pop(worker, None) is not None:
-            self._seen_at.pop(worker, None)
-            self._arrived.pop(worker, None)
+            self.hearing.forget(worker)
             self._invalidate()
 
-    def mark_current(self, lag_s: float = 0.0) -> None:
-        """The view has read what tts.fleet held `lag_s` ago (its last answer from the
-        broker): a worker's silence counts up to then."""
-        at = self._clock() - max(0.0, lag_s)
-        if self._current_at is None or at > self._current_at:
-            self._current_at = at
-
-    def view_age_s(self) -> float | None:
-        """Seconds since the view's last answer from the broker; None before its first."""
-        return None if self._current_at is None else self._clock() - self._current_at
-
     def alive(self, worker: str | None) -> bool:
-        """Heard within its last STALE_INTERVALS intervals, as of the view's last read.
-
-        A silence is counted up to the moment the view last read the topic, not up to now:
-        a process whose loop stalled (CPU starved, a long pause) or whose reader fell
-        behind has not heard the workers, which is not the workers going quiet. Counting
-        it against them emptied the view of every worker at once (every route unrouted, a
-        failover for every streamed request)."""
+        """Not draining, and heard within its last STALE_INTERVALS intervals as of the
+        view's last read (hearing.py: a stalled process is not a fleet gone quiet)."""
         if worker is None or worker not in self._status:
             return False
         status = self._status[worker]
-        now = self._clock() if self._current_at is None else self._current_at
-        age_ms = (now - self._seen_at[worker]) * 1000
-        return not status.draining and age_ms <= STALE_INTERVALS * status.interval_ms
+        return (not status.draining and self.hearing.silent_ms(worker)
+                <= STALE_INTERVALS * status.interval_ms)
 
     def statuses(self) -> list[WorkerStatus]:
         """Every worker's newest status held now, by worker ID (a read-only copy)."""
@@ -247,11 +221,10 @@ class FleetRouter:
         for gone in [w for w in self._status if not self.alive(w)
                      and not self._status[w].draining]:
             self._status.pop(gone)
-            self._seen_at.pop(gone, None)
-            self._arrived.pop(gone, None)
+            self.hearing.forget(gone)
         owners: dict[str, dict[int, str]] = {lane: {} for lane in LANES}
         live = sorted((s for s in self._status.values() if not s.draining),
-                      key=lambda s: self._arrived.get(s.worker, 0))
+                      key=lambda s: self.hearing.order(s.worker))
         # The lanes may have been grown since this router started: the workers say so.
         self.partitions = max([self._configured, *(s.lane(n).topic_partitions
                                                    for s in live for n in LANES)])

@@ -98,7 +98,7 @@ class FleetView:
         # last fetch answer, which may be older than now (a stalled loop fetches nothing).
         answered = [self._consumer.last_poll_timestamp(tp) for tp in self._history]
         if answered and None not in answered:
-            self.router.mark_current(lag_s=time.time() - min(answered) / 1000)
+            self.router.hearing.mark_current(lag_s=time.time() - min(answered) / 1000)
 
     def _apply(self, key: bytes | None, value: bytes | None, *, replayed: bool) -> None:
         self.records += 1

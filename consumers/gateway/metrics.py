@@ -71,7 +71,7 @@ class GatewayMetrics:
             return lambda: len(router.workers(lane))
 
         def view_age() -> float:
-            age = router.view_age_s()
+            age = router.hearing.view_age_s()
             return -1.0 if age is None else age
 
         for lane in LANES:

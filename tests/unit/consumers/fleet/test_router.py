@@ -136,13 +136,13 @@ def test_a_view_that_read_nothing_for_a_while_keeps_its_workers() -> None:
     the workers. Once the view reads again, a worker that truly went quiet is gone."""
     clock = Clock()
     router = fleet(3, 12, clock=clock)
-    router.mark_current()
+    router.hearing.mark_current()
     home = router.route("narrator").worker
     clock.t = 5.0  # the loop stalled: no read since 0.0
     assert router.alive(home) and router.route("narrator").worker == home
-    router.mark_current(lag_s=4.0)  # read, but the broker's last answer is of 1.0
+    router.hearing.mark_current(lag_s=4.0)  # read, but the broker's last answer is of 1.0
     assert router.alive(home)
-    router.mark_current()  # read, and nobody had spoken since 0.0
+    router.hearing.mark_current()  # read, and nobody had spoken since 0.0
     assert not router.alive(home) and router.route("narrator").worker is None
 
 

@@ -20,12 +20,12 @@ def test_the_fleet_gauges_follow_the_view() -> None:
     assert sample("vf_gateway_fleet_view_age_seconds") == -1  # never read
     router.apply(status("w0", [0, 1]))
     router.apply(status("w1", [2, 3]))
-    router.mark_current()
+    router.hearing.mark_current()
     clock.t = 0.75
     assert sample("vf_gateway_fleet_workers", lane="batch") == 2
     assert sample("vf_gateway_fleet_workers", lane="interactive") == 2
     assert sample("vf_gateway_fleet_view_age_seconds") == 0.75
     clock.t = 2.0
-    router.mark_current()  # read again, and neither spoke: both gone
+    router.hearing.mark_current()  # read again, and neither spoke: both gone
     assert sample("vf_gateway_fleet_workers", lane="batch") == 0
     assert b"vf_gateway_fleet_workers{lane=\"batch\"} 0.0" in metrics.render()[0]
